@@ -1,0 +1,205 @@
+"""Analysis passes over a trace model and the typed ``Analysis`` result.
+
+Each pass is a small pure function ``pass(model, ...) -> typed result``; ``analyze`` runs them in order.
+Semantics follow DESIGN.md §4 (window, device busy/idle, steps).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+import numpy as np
+
+from analyzer import intervals
+from analyzer.model import F64, LoadReport, TraceModel, TraceSet
+from analyzer.names import ApiKind, EventKind, memcpy_is_async
+
+SCHEMA = "stallscope.analysis/1"
+
+
+class WindowBasis(str, Enum):
+    STEPS = "steps"  # first to last ProfilerStep#N span
+    TRACE = "trace"  # first to last event
+
+
+@dataclass(frozen=True)
+class Window:
+    start_us: float
+    end_us: float
+    basis: WindowBasis
+
+    @property
+    def dur_us(self) -> float:
+        return self.end_us - self.start_us
+
+
+@dataclass(frozen=True)
+class DeviceUsage:
+    id: int
+    name: str
+    busy_us: float
+    idle_us: float
+    utilization: float
+    activities: int  # kernels, copies and memsets inside the window
+
+
+@dataclass(frozen=True)
+class StepStats:
+    name: str
+    start_us: float
+    dur_us: float
+    device_busy_us: float
+    device_idle_us: float
+    host_sync_wait_us: float
+
+
+@dataclass(frozen=True)
+class Summary:
+    wall_us: float
+    device_busy_us: float
+    device_idle_us: float
+    device_utilization: float
+    host_sync_wait_us: float
+    # filled by later passes (sync classification, critical path, what-if); None until then
+    sync_count: int | None = None
+    avoidable_sync_count: int | None = None
+    critical_path_us: float | None = None
+    bottleneck: str | None = None
+    est_saving_us: float | None = None
+
+
+@dataclass(frozen=True)
+class Analysis:
+    model: TraceModel
+    window: Window
+    main_device: int | None  # the device the rank used most; summary figures are for it
+    devices: tuple[DeviceUsage, ...]
+    steps: tuple[StepStats, ...]
+    summary: Summary
+    ranks: tuple[int, ...] = ()
+    per_rank: dict[int, Summary] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    @property
+    def report(self) -> LoadReport:
+        return self.model.report
+
+
+_NOT_WORK = (EventKind.INSTANT, EventKind.TRACE_SPAN, EventKind.OVERHEAD)
+
+
+def find_window(model: TraceModel) -> Window:
+    """First to last profiled step when the trace has ``ProfilerStep#N`` spans, else first to last event
+    (instants, the profiler's own span and its overhead records excluded)."""
+    if model.steps:
+        start = min(s.start_us for s in model.steps)
+        end = max(s.end_us for s in model.steps)
+        return Window(start, end, WindowBasis.STEPS)
+    ev = model.events
+    work = ~ev.is_kind(*_NOT_WORK)
+    if not work.any():
+        work = np.ones(len(ev), dtype=np.bool_)
+    return Window(float(ev.ts[work].min()), float(ev.end[work].max()), WindowBasis.TRACE)
+
+
+def busy_intervals(model: TraceModel, device: int, window: Window) -> tuple[F64, F64]:
+    """Disjoint busy intervals of one device (all streams), clipped to the window."""
+    ev = model.events
+    mask = ev.activity_mask() & model.device_lanes(device)[ev.lane]
+    s, e = intervals.union(ev.ts[mask], ev.end[mask])
+    return intervals.clip(s, e, window.start_us, window.end_us)
+
+
+def device_usage(model: TraceModel, window: Window) -> tuple[DeviceUsage, ...]:
+    ev = model.events
+    act = ev.activity_mask()
+    inside = act & (ev.end > window.start_us) & (ev.ts < window.end_us)
+    out = []
+    for d in model.devices:
+        s, e = busy_intervals(model, d.id, window)
+        busy = intervals.total(s, e)
+        count = int(np.count_nonzero(inside & model.device_lanes(d.id)[ev.lane]))
+        dur = window.dur_us
+        out.append(
+            DeviceUsage(d.id, d.name, busy, max(dur - busy, 0.0), busy / dur if dur > 0 else 0.0, count)
+        )
+    return tuple(out)
+
+
+def host_sync_calls(model: TraceModel) -> tuple[F64, F64]:
+    """Host API calls that block until device work completes: device/stream/event synchronize and
+    synchronous copies. (Which async copies blocked because of pageable memory is the sync pass's job.)"""
+    ev = model.events
+    sync_api = np.isin(ev.api, [ApiKind.SYNC_DEVICE, ApiKind.SYNC_STREAM, ApiKind.SYNC_EVENT])
+    copy = ev.api == ApiKind.MEMCPY
+    if copy.any():
+        sync_copy_name = np.array([not memcpy_is_async(s) for s in model.strings], dtype=np.bool_)
+        sync_api |= copy & sync_copy_name[ev.name]
+    return ev.ts[sync_api], ev.end[sync_api]
+
+
+def step_stats(model: TraceModel, main_device: int | None, window: Window) -> tuple[StepStats, ...]:
+    if not model.steps:
+        return ()
+    lo = np.array([s.start_us for s in model.steps])
+    hi = np.array([s.end_us for s in model.steps])
+    if main_device is None:
+        busy = np.zeros(len(lo))
+    else:
+        s, e = busy_intervals(model, main_device, window)
+        busy = intervals.covered_in(s, e, lo, hi)
+    ws, we = host_sync_calls(model)
+    ws, we = intervals.union(ws, we)
+    wait = intervals.covered_in(ws, we, lo, hi)
+    return tuple(
+        StepStats(st.name, st.start_us, st.dur_us, float(b), max(st.dur_us - float(b), 0.0), float(w))
+        for st, b, w in zip(model.steps, busy, wait, strict=True)
+    )
+
+
+def summarize(
+    model: TraceModel, window: Window, devices: tuple[DeviceUsage, ...]
+) -> tuple[int | None, Summary]:
+    main = max(devices, key=lambda d: (d.busy_us, -d.id)) if devices else None
+    ws, we = host_sync_calls(model)
+    ws, we = intervals.union(ws, we)
+    ws, we = intervals.clip(ws, we, window.start_us, window.end_us)
+    summary = Summary(
+        wall_us=window.dur_us,
+        device_busy_us=main.busy_us if main else 0.0,
+        device_idle_us=main.idle_us if main else window.dur_us,
+        device_utilization=main.utilization if main else 0.0,
+        host_sync_wait_us=intervals.total(ws, we),
+    )
+    return (main.id if main else None), summary
+
+
+def analyze_model(model: TraceModel) -> Analysis:
+    """Run every pass on one rank's model."""
+    window = find_window(model)
+    devices = device_usage(model, window)
+    main, summary = summarize(model, window, devices)
+    steps = step_stats(model, main, window)
+    return Analysis(model, window, main, devices, steps, summary)
+
+
+def analyze(traces: TraceSet, rank: int | None = None) -> Analysis:
+    """Analyse the chosen rank (default: the lowest) and summarise every rank of the set."""
+    model = traces.for_rank(rank)
+    result = analyze_model(model)
+    per_rank = {
+        r: (result.summary if m is model else analyze_model(m).summary)
+        for r, m in zip(traces.ranks, traces.models, strict=True)
+    }
+    return Analysis(
+        result.model,
+        result.window,
+        result.main_device,
+        result.devices,
+        result.steps,
+        result.summary,
+        ranks=tuple(traces.ranks),
+        per_rank=per_rank,
+        notes=traces.notes,
+    )

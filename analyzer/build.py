@@ -1,0 +1,389 @@
+"""Decoded trace document -> columnar ``TraceModel``: validation, interning, lanes, steps and links.
+
+Work is done per column with list comprehensions and numpy, never per event with Python objects kept.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from itertools import compress
+from operator import attrgetter
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from analyzer.errors import TraceError
+from analyzer.links import resolve_links
+from analyzer.model import (
+    F64,
+    I64,
+    NO_ID,
+    Device,
+    EventTable,
+    Lane,
+    LaneKind,
+    LoadReport,
+    Mask,
+    Step,
+    TraceModel,
+)
+from analyzer.names import (
+    ACTIVITY_KINDS,
+    DEVICE_KINDS,
+    LAUNCH_FLOW_CATEGORIES,
+    STEP_PREFIX,
+    ApiKind,
+    EventKind,
+    api_kind,
+    event_kind,
+)
+from analyzer.raw import EMPTY_ARGS, Batch, Document, RawArgs, RawEvent, paused_gc
+
+_TIMED_PHASES = frozenset({"X", "i", "I"})
+_FLOW_PHASES = frozenset({"s", "f", "t"})
+_KNOWN_PHASES = _TIMED_PHASES | _FLOW_PHASES | {"M"}
+_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
+
+
+class _Interner:
+    """Values (strings, raw pid/tid) to dense int codes, shared across columns."""
+
+    def __init__(self) -> None:
+        self.codes: dict[Any, int] = {}
+
+    def codes_of(self, values: list[Any]) -> I64:
+        table = self.codes
+        for v in dict.fromkeys(values):  # distinct values, in C; few compared to events
+            if v not in table:
+                table[v] = len(table)
+        return np.fromiter(map(table.__getitem__, values), dtype=np.int64, count=len(values))
+
+    def values(self) -> list[Any]:
+        return list(self.codes)
+
+
+def _ids(values: list[Any]) -> I64:
+    """Integer ids with ``-1`` for absent; strings of digits are accepted, anything else is absent."""
+    try:
+        return np.fromiter(values, dtype=np.int64, count=len(values))
+    except (TypeError, ValueError, OverflowError):
+        return np.array([_clean_id(v) for v in values], dtype=np.int64)
+
+
+def _clean_id(value: Any) -> int:
+    if type(value) is int and _I64_MIN <= value <= _I64_MAX:
+        return value
+    if isinstance(value, str) and value.isdigit() and len(value) < 19:
+        return int(value)
+    return NO_ID
+
+
+def _floats(values: list[float | None]) -> F64:
+    """Timestamps/durations as float64; absent ones become NaN (the decoder admits only numbers)."""
+    try:
+        return np.fromiter(values, dtype=np.float64, count=len(values))
+    except TypeError:
+        return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+
+
+def build_model(
+    doc: Document, path: str, fmt: str, progress: Callable[[str], None] | None = None
+) -> TraceModel:
+    """Turn a decoded document into the columnar model; malformed events are skipped and counted."""
+    with paused_gc():  # only acyclic lists and arrays are made here; collections would just cost time
+        return _build(doc, path, fmt, progress or (lambda _msg: None))
+
+
+def _build(doc: Document, path: str, fmt: str, progress: Callable[[str], None]) -> TraceModel:
+    acc = _Accumulator()
+    for batch in doc.batches:
+        acc.add(batch)
+        progress(f"decoded {acc.timed_seen:,} events")
+    progress(f"linking {acc.timed_seen:,} events")
+    if not acc.timed_seen:
+        raise TraceError(path, _why_empty(doc.size, acc.skipped))
+    cols, keep = acc.columns()
+    if not keep.any():
+        raise TraceError(path, "no events with a usable timestamp")
+    if not keep.all():
+        cols = {k: v[keep] for k, v in cols.items()}
+    unknown_categories = _unknown_categories(cols, acc.strings)
+    unpaired = _apply_launch_flows(cols, acc.flows())
+    order = np.lexsort((-cols["dur"], cols["ts"]))
+    cols = {k: v[order] for k, v in cols.items()}
+    lanes = _assign_lanes(cols, acc.meta, acc.raw.values())
+    table = resolve_links(cols)
+    string_table = tuple(str(s) for s in acc.strings.values())
+    unlinked = int(np.count_nonzero(table.activity_mask() & (table.launch < 0)))
+    dist = doc.distributed_info
+    return TraceModel(
+        path=path,
+        format=fmt,
+        events=table,
+        strings=string_table,
+        lanes=lanes,
+        devices=_devices(lanes, doc.device_properties),
+        steps=_steps(table, lanes, string_table),
+        rank=_int_or_none(dist.get("rank")),
+        world_size=_int_or_none(dist.get("world_size")),
+        display_time_unit=doc.display_time_unit,
+        base_time_ns=doc.base_time_ns,
+        report=LoadReport(
+            skipped=dict(acc.skipped),
+            unknown_categories=unknown_categories,
+            unknown_phases=dict(acc.unknown_phases),
+            unpaired_flows=unpaired,
+            unlinked_device_events=unlinked,
+        ),
+    )
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _why_empty(size: int, skipped: Counter[str]) -> str:
+    if size == 0:
+        return "no events (the event list is empty)"
+    if skipped.get("not an event object", 0) == size:
+        return "not a trace: no element of the event list is an event object"
+    return "no timed events (only metadata, flows or unusable events)"
+
+
+def _take(events: list[Any], attr: str) -> list[Any]:
+    return list(map(attrgetter(attr), events))
+
+
+# args columns (column, RawArgs attribute), read for every event or only for the kinds that carry them
+_COMMON_ARGS = (("external_id", "external_id"), ("correlation", "correlation"))
+_PYTHON_ARGS = (("python_id", "python_id"), ("python_parent_id", "python_parent_id"))
+_DEVICE_ARGS = (
+    ("stream", "stream"),
+    ("device", "device"),
+    ("bytes", "bytes"),
+    ("wait_stream", "wait_on_stream"),
+    ("wait_corr", "wait_on_event_corr"),
+)
+
+Parts = dict[str, list[npt.NDArray[Any]]]
+
+
+class _Accumulator:
+    """Columns built batch by batch; strings and raw pid/tid values interned across batches."""
+
+    def __init__(self) -> None:
+        self.strings = _Interner()
+        self.raw = _Interner()
+        self.parts: Parts = {}
+        self.flow_parts: Parts = {}
+        self.meta: list[RawEvent] = []
+        self.skipped: Counter[str] = Counter()
+        self.unknown_phases: Counter[str] = Counter()
+        self.timed_seen = 0
+        self._kinds: npt.NDArray[np.int8] = np.zeros(0, dtype=np.int8)
+
+    def add(self, batch: Batch) -> None:
+        self.skipped.update(batch.skipped)
+        events = batch.events
+        if not events:
+            return
+        phase = np.array(_take(events, "ph"))
+        is_timed = np.isin(phase, list(_TIMED_PHASES))
+        unknown = ~np.isin(phase, list(_KNOWN_PHASES))
+        if unknown.any():
+            self.unknown_phases.update(phase[unknown].tolist())
+        self.meta.extend(compress(events, (phase == "M").tolist()))
+        self._add_flows(list(compress(events, np.isin(phase, list(_FLOW_PHASES)).tolist())))
+        timed = list(compress(events, is_timed.tolist()))
+        self.timed_seen += len(timed)
+        if timed:
+            self._add_timed(timed, phase[is_timed] != "X")
+
+    def _add_timed(self, timed: list[RawEvent], instant: Mask) -> None:
+        columns: dict[str, npt.NDArray[Any]] = {
+            "ts": _floats(_take(timed, "ts")),
+            "dur": _floats(_take(timed, "dur")),
+            "instant": instant,
+            "cat": self.strings.codes_of(_take(timed, "cat")),
+            "name": self.strings.codes_of(_take(timed, "name")),
+            "pid": self.raw.codes_of(_take(timed, "pid")),
+            "tid": self.raw.codes_of(_take(timed, "tid")),
+        }
+        args: list[RawArgs] = [e.args or EMPTY_ARGS for e in timed]
+        for column, attr in _COMMON_ARGS:
+            columns[column] = _ids(_take(args, attr))
+        kind = self.kind_of(columns["cat"])
+        for fields, mask in (
+            (_PYTHON_ARGS, kind == EventKind.PYTHON),
+            (_DEVICE_ARGS, np.isin(kind, list(DEVICE_KINDS))),
+        ):
+            some = list(compress(args, mask.tolist())) if mask.any() else []
+            for column, attr in fields:
+                full = np.full(len(timed), NO_ID, dtype=np.int64)
+                if some:
+                    full[mask] = _ids(_take(some, attr))
+                columns[column] = full
+        for name, values in columns.items():
+            self.parts.setdefault(name, []).append(values)
+
+    def kind_of(self, codes: I64) -> npt.NDArray[np.int8]:
+        """EventKind of each category code (the table grows as new strings are interned)."""
+        values = self.strings.values()
+        if len(self._kinds) < len(values):
+            new = values[len(self._kinds) :]
+            self._kinds = np.concatenate(
+                [
+                    self._kinds,
+                    np.array([event_kind(v) if isinstance(v, str) else 0 for v in new], dtype=np.int8),
+                ]
+            )
+        return self._kinds[codes]
+
+    def _add_flows(self, flows: list[RawEvent]) -> None:
+        launch = [
+            f for f in flows if f.cat in LAUNCH_FLOW_CATEGORIES or f.cat.lower() in LAUNCH_FLOW_CATEGORIES
+        ]
+        if not launch:
+            return
+        columns = {
+            "id": _ids(_take(launch, "id")),
+            "start": np.array([f.ph == "s" for f in launch], dtype=np.bool_),
+            "pid": self.raw.codes_of(_take(launch, "pid")),
+            "tid": self.raw.codes_of(_take(launch, "tid")),
+            "ts": _floats(_take(launch, "ts")),
+        }
+        for name, values in columns.items():
+            self.flow_parts.setdefault(name, []).append(values)
+
+    def flows(self) -> dict[str, npt.NDArray[Any]]:
+        return {k: np.concatenate(v) for k, v in self.flow_parts.items()}
+
+    def columns(self) -> tuple[dict[str, Any], Mask]:
+        """Concatenate the batches, classify events and say which ones are usable (skipping is counted)."""
+        cols: dict[str, Any] = {k: np.concatenate(v) for k, v in self.parts.items()}
+        self.parts.clear()
+        ts, dur, instant = cols["ts"], cols["dur"], cols.pop("instant")
+        dur[instant & np.isnan(dur)] = 0.0
+        bad_ts = ~np.isfinite(ts)
+        bad_dur = ~bad_ts & ~np.isfinite(dur)
+        negative = ~bad_ts & ~bad_dur & (dur < 0)
+        for reason, mask in (
+            ("timestamp missing or not a number", bad_ts),
+            ("duration missing or not a number", bad_dur),
+            ("negative duration", negative),
+        ):
+            if mask.any():
+                self.skipped[reason] += int(np.count_nonzero(mask))
+        values = self.strings.values()
+        api_of = np.array([api_kind(v) if isinstance(v, str) else 0 for v in values], dtype=np.int8)
+        kind = self.kind_of(cols["cat"])
+        kind[instant] = EventKind.INSTANT
+        is_api = np.isin(kind, [EventKind.RUNTIME, EventKind.DRIVER])
+        cols["kind"] = kind
+        cols["api"] = np.where(is_api, api_of[cols["name"]], ApiKind.NONE).astype(np.int8)
+        cols["name"] = cols["name"].astype(np.int32)
+        cols["cat"] = cols["cat"].astype(np.int32)
+        return cols, ~(bad_ts | bad_dur | negative)
+
+
+def _unknown_categories(cols: dict[str, Any], strings: _Interner) -> dict[str, int]:
+    values = strings.values()
+    other = cols["kind"] == EventKind.OTHER
+    counts = np.bincount(cols["cat"][other], minlength=len(values))
+    return {str(values[c]) or "(none)": int(counts[c]) for c in np.flatnonzero(counts)}
+
+
+def _apply_launch_flows(cols: dict[str, Any], flows: dict[str, npt.NDArray[Any]]) -> int:
+    """Count launch-flow ends (``ac2g``, legacy ``async_cpu_to_gpu``) with no partner, and use the flows to
+    link launch calls and device events that carry no ``args.correlation`` (old traces)."""
+    if not flows:
+        return 0
+    ids, start = flows["id"], flows["start"]
+    valid = ids >= 0
+    start_ids = np.unique(ids[valid & start])
+    finish_ids = np.unique(ids[valid & ~start])
+    unpaired = len(np.setxor1d(start_ids, finish_ids, assume_unique=True))
+    corr = cols["correlation"]
+    linked_kinds = [*ACTIVITY_KINDS, EventKind.SYNC]
+    linkable = (corr < 0) & (np.isin(cols["kind"], linked_kinds) | (cols["api"] != ApiKind.NONE))
+    if not linkable.any():
+        return unpaired
+    at: dict[tuple[int, int, float], int] = {}
+    for i in np.flatnonzero(linkable).tolist():
+        at.setdefault((int(cols["pid"][i]), int(cols["tid"][i]), float(cols["ts"][i])), i)
+    paired = valid & np.isin(ids, np.intersect1d(start_ids, finish_ids, assume_unique=True))
+    for k in np.flatnonzero(paired).tolist():
+        hit = at.get((int(flows["pid"][k]), int(flows["tid"][k]), float(flows["ts"][k])))
+        if hit is not None:
+            corr[hit] = int(ids[k])
+    return unpaired
+
+
+def _assign_lanes(cols: dict[str, Any], meta: list[RawEvent], raw_values: list[Any]) -> tuple[Lane, ...]:
+    """Host events go to their thread (pid, tid); device events to (device, stream)."""
+    kind = cols["kind"]
+    numeric = np.array([v if type(v) is int else NO_ID for v in raw_values], dtype=np.int64)
+    on_device = np.isin(kind, list(DEVICE_KINDS))
+    device = np.where(cols["device"] >= 0, cols["device"], numeric[cols["pid"]])
+    stream = np.where(
+        (cols["stream"] != NO_ID) | (kind == EventKind.SYNC), cols["stream"], numeric[cols["tid"]]
+    )
+    a = np.where(on_device, device, cols["pid"])
+    b = np.where(on_device, stream, cols["tid"])
+    # one int64 key per event: (on_device, a, b) with a and b replaced by their rank among distinct values
+    a_values, a_code = np.unique(a, return_inverse=True)
+    b_values, b_code = np.unique(b, return_inverse=True)
+    width = np.int64(len(b_values))
+    key = (
+        on_device.astype(np.int64) * np.int64(len(a_values)) + a_code.reshape(-1)
+    ) * width + b_code.reshape(-1)
+    unique_keys, inverse = np.unique(key, return_inverse=True)
+    cols["lane"] = inverse.reshape(-1).astype(np.int32)
+    names = _thread_names(meta)
+    not_work = np.isin(kind, [EventKind.INSTANT, EventKind.TRACE_SPAN, EventKind.OVERHEAD])
+    has_work = np.bincount(cols["lane"][~not_work], minlength=len(unique_keys)) > 0
+    lanes = []
+    for lane_id, k in enumerate(unique_keys.tolist()):
+        rest, second_code = divmod(k, int(width))
+        dev_flag, first_code = divmod(rest, len(a_values))
+        first, second = int(a_values[first_code]), int(b_values[second_code])
+        if dev_flag:
+            lane_kind = LaneKind.STREAM if second >= 0 else LaneKind.DEVICE
+            lanes.append(Lane(lane_id, lane_kind, str(first), str(second), first, second, ""))
+        else:
+            pid, tid = raw_values[first], raw_values[second]
+            name = names.get((pid, tid), "")
+            lane_kind = LaneKind.HOST if has_work[lane_id] else LaneKind.META
+            lanes.append(Lane(lane_id, lane_kind, str(pid), str(tid), NO_ID, NO_ID, name))
+    return tuple(lanes)
+
+
+def _thread_names(meta: list[RawEvent]) -> dict[tuple[Any, Any], str]:
+    names: dict[tuple[Any, Any], str] = {}
+    for m in meta:
+        if m.name == "thread_name" and m.args is not None and isinstance(m.args.name, str):
+            names[(m.pid, m.tid)] = m.args.name.strip()
+    return names
+
+
+def _devices(lanes: tuple[Lane, ...], properties: list[dict[str, Any]]) -> tuple[Device, ...]:
+    by_id = {p.get("id"): p for p in properties if isinstance(p.get("id"), int)}
+    ids = sorted({lane.device for lane in lanes if lane.on_device and lane.device >= 0})
+    return tuple(Device(i, str(by_id.get(i, {}).get("name", f"device {i}")), by_id.get(i, {})) for i in ids)
+
+
+def _steps(table: EventTable, lanes: tuple[Lane, ...], strings: tuple[str, ...]) -> tuple[Step, ...]:
+    """``ProfilerStep#N`` spans on host threads (annotations, or cpu_op in old traces)."""
+    is_step_name = np.array([s.startswith(STEP_PREFIX) for s in strings], dtype=np.bool_)
+    host = np.array([lane.kind == LaneKind.HOST for lane in lanes], dtype=np.bool_)
+    mask = is_step_name[table.name] & host[table.lane] & table.is_kind(EventKind.ANNOTATION, EventKind.CPU_OP)
+    steps: list[Step] = []
+    for i in np.flatnonzero(mask).tolist():
+        name = strings[int(table.name[i])]
+        suffix = name[len(STEP_PREFIX) :]
+        number = int(suffix) if suffix.isdigit() else len(steps)
+        start = float(table.ts[i])
+        steps.append(Step(name, number, start, start + float(table.dur[i]), int(table.lane[i]), i))
+    return tuple(steps)

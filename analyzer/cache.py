@@ -1,0 +1,134 @@
+"""Parquet cache of built trace models, keyed by the content of the trace file.
+
+Layout: ``$XDG_CACHE_HOME/stallscope/models-v<N>/<content key>/{events.parquet, model.json}``, plus a small
+stat index (path, size, mtime, inode -> content key) so an unchanged file is not even re-read. Entries are
+written to a temporary folder and renamed into place; an unreadable entry is ignored and rebuilt.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from analyzer.model import Device, EventTable, Lane, LaneKind, LoadReport, Step, TraceModel
+
+CACHE_VERSION = 1
+
+
+def cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "stallscope" / f"models-v{CACHE_VERSION}"
+
+
+def hasher() -> hashlib.blake2b:
+    """Content hash of a trace file (its bytes as stored, compressed or not) -> cache key."""
+    return hashlib.blake2b(digest_size=16)
+
+
+def _stat_token(path: Path) -> dict[str, int]:
+    st = path.stat()
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino}
+
+
+def _index_file(path: Path) -> Path:
+    name = hashlib.blake2b(str(path.resolve()).encode(), digest_size=16).hexdigest()
+    return cache_root() / "index" / f"{name}.json"
+
+
+def known_key(path: Path) -> str | None:
+    """The content key recorded for this exact file, if it has not changed since."""
+    try:
+        entry = json.loads(_index_file(path).read_text())
+        if entry.get("stat") == _stat_token(path) and isinstance(entry.get("key"), str):
+            return str(entry["key"])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def remember_key(path: Path, key: str) -> None:
+    with contextlib.suppress(OSError):
+        _atomic_write(_index_file(path), json.dumps({"stat": _stat_token(path), "key": key}))
+
+
+def load_cached(key: str, path: str) -> TraceModel | None:
+    """The cached model for ``key``, or None when absent or unreadable (it is then rebuilt)."""
+    folder = cache_root() / key
+    try:
+        meta = json.loads((folder / "model.json").read_text())
+        table = pq.read_table(folder / "events.parquet", memory_map=True)
+        return _model_from(meta, table, path)
+    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
+        return None
+
+
+def store(key: str, model: TraceModel) -> None:
+    """Write the model under ``key``; failures (read-only cache, full disk) are not errors."""
+    root = cache_root()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
+    except OSError:
+        return
+    try:
+        columns = model.events.columns()
+        pq.write_table(pa.table(columns), tmp / "events.parquet", compression="lz4")
+        (tmp / "model.json").write_text(json.dumps(_meta_of(model)))
+        os.replace(tmp, root / key)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _atomic_write(target: Path, text: str) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=target.parent)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, target)
+
+
+def _meta_of(model: TraceModel) -> dict[str, Any]:
+    return {
+        "format": model.format,
+        "strings": list(model.strings),
+        "lanes": [asdict(lane) for lane in model.lanes],
+        "devices": [asdict(d) for d in model.devices],
+        "steps": [asdict(s) for s in model.steps],
+        "rank": model.rank,
+        "world_size": model.world_size,
+        "display_time_unit": model.display_time_unit,
+        "base_time_ns": model.base_time_ns,
+        "report": asdict(model.report),
+    }
+
+
+def _model_from(meta: dict[str, Any], table: pa.Table, path: str) -> TraceModel:
+    arrays = {name: table.column(name).to_numpy() for name in table.column_names}
+    events = EventTable(**{f.name: np.asarray(arrays[f.name]) for f in fields(EventTable)})
+    report = dict(meta["report"])
+    report["notes"] = tuple(report.get("notes", ()))
+    return TraceModel(
+        path=path,
+        format=meta["format"],
+        events=events,
+        strings=tuple(meta["strings"]),
+        lanes=tuple(Lane(**{**d, "kind": LaneKind(d["kind"])}) for d in meta["lanes"]),
+        devices=tuple(Device(**d) for d in meta["devices"]),
+        steps=tuple(Step(**s) for s in meta["steps"]),
+        rank=meta["rank"],
+        world_size=meta["world_size"],
+        display_time_unit=meta["display_time_unit"],
+        base_time_ns=meta["base_time_ns"],
+        report=LoadReport(**report),
+    )

@@ -1,0 +1,163 @@
+"""Find, read and decode traces: a ``.json``/``.json.gz`` file, a folder of rank files
+(``tensorboard_trace_handler`` output) or a stallscope bundle. Returns one model per rank."""
+
+from __future__ import annotations
+
+import gzip
+import re
+import zlib
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+from analyzer import cache
+from analyzer.build import build_model
+from analyzer.errors import TraceError
+from analyzer.model import TraceModel, TraceSet
+from analyzer.raw import decode
+from analyzer.stream import NotStreamable, blocks, stream_document
+
+Progress = Callable[[str], None]
+_GZIP_MAGIC = b"\x1f\x8b"
+_NOT_TRACES = {"sidecar.json", "analysis.json"}
+
+
+def load(path: str | Path, *, use_cache: bool = True, progress: Progress | None = None) -> TraceSet:
+    """Load every trace at ``path``. Raises ``TraceError`` (one line, names the file) when nothing usable
+    is there; a folder with some bad files loads the rest and says what it skipped in ``notes``."""
+    p = Path(path)
+    if not p.exists():
+        raise TraceError(str(path), "no such file or directory")
+    if p.is_dir():
+        return _load_folder(p, use_cache, progress)
+    model = load_file(p, use_cache=use_cache, progress=progress)
+    return TraceSet(str(path), (model,))
+
+
+def trace_files(folder: Path) -> list[Path]:
+    """Trace files directly inside ``folder``: ``*.pt.trace.json[.gz]`` first, else any ``*.json[.gz]``."""
+    files = sorted(f for f in folder.iterdir() if f.is_file() and f.name.endswith((".json", ".json.gz")))
+    files = [f for f in files if f.name not in _NOT_TRACES]
+    kineto = [f for f in files if ".pt.trace.json" in f.name]
+    return kineto or files
+
+
+def _load_folder(folder: Path, use_cache: bool, progress: Progress | None) -> TraceSet:
+    files = trace_files(folder)
+    if not files:
+        raise TraceError(str(folder), "directory contains no trace files (*.json, *.json.gz)")
+    models: list[TraceModel] = []
+    notes: list[str] = []
+    errors: list[TraceError] = []
+    for f in files:
+        try:
+            models.append(load_file(f, use_cache=use_cache, progress=progress))
+        except TraceError as exc:
+            errors.append(exc)
+            notes.append(f"skipped {exc}")
+    if not models:
+        raise (
+            errors[0]
+            if len(errors) == 1
+            else TraceError(str(folder), f"none of {len(files)} trace files loads ({errors[0]})")
+        )
+    return TraceSet(str(folder), _one_per_rank(models, notes), tuple(notes))
+
+
+def _one_per_rank(models: list[TraceModel], notes: list[str]) -> tuple[TraceModel, ...]:
+    """Ranks from ``distributedInfo``; files without one are numbered after the known ranks. When a rank
+    has several files (a profiler schedule that repeated), the newest by name wins and the rest are noted."""
+    by_rank: dict[int, TraceModel] = {}
+    unranked = [m for m in models if m.rank is None]
+    for m in sorted((m for m in models if m.rank is not None), key=lambda m: _file_order(m.path)):
+        assert m.rank is not None
+        if m.rank in by_rank:
+            notes.append(
+                f"rank {m.rank}: using {Path(m.path).name}, ignoring older {Path(by_rank[m.rank].path).name}"
+            )
+        by_rank[m.rank] = m
+    next_rank = max(by_rank, default=-1) + 1
+    for m in unranked:
+        by_rank[next_rank] = replace(m, rank=next_rank)
+        next_rank += 1
+    return tuple(by_rank[r] for r in sorted(by_rank))
+
+
+def _file_order(path: str) -> tuple[int, str]:
+    stamp = re.findall(r"\.(\d{10,})\.", Path(path).name)
+    return (int(stamp[-1]) if stamp else 0, path)
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise TraceError(str(path), f"cannot read ({exc.strerror or exc})") from None
+
+
+def _json_bytes(data: bytes, path: Path) -> bytes:
+    """The file's JSON bytes, gunzipped when it is gzip (by content, not by name)."""
+    if data[:2] != _GZIP_MAGIC:
+        if path.name.endswith(".gz") and data:
+            raise TraceError(str(path), "not a valid gzip file (no gzip header)")
+        return data
+    try:
+        return gzip.decompress(data)
+    except EOFError:
+        raise TraceError(str(path), "truncated gzip file (compressed stream ends early)") from None
+    except (OSError, zlib.error) as exc:
+        raise TraceError(str(path), f"not a valid gzip file ({exc})") from None
+
+
+def load_file(path: Path, *, use_cache: bool = True, progress: Progress | None = None) -> TraceModel:
+    """One trace file -> model, from the cache when the same content was built before."""
+    say = progress or (lambda _msg: None)
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise TraceError(str(path), f"cannot read ({exc.strerror or exc})") from None
+    key = None
+    if use_cache:
+        key = cache.known_key(path) or _hash_file(path)
+        cached = cache.load_cached(key, str(path))
+        if cached is not None:
+            cache.remember_key(path, key)
+            return cached
+    say(f"reading {path.name} ({size / 1e6:.1f} MB)")
+    fmt = "json.gz" if path.name.endswith(".gz") else "json"
+    model = _build_streaming(path, fmt, say) if size >= _STREAM_MIN_BYTES else None
+    if model is None:
+        data = _json_bytes(_read(path), path)
+        doc = decode(data, str(path))
+        del data  # the event slices keep it alive only until the last batch is decoded
+        model = build_model(doc, str(path), fmt, say)
+    if key is not None:
+        say("writing the cache")
+        cache.store(key, model)
+        cache.remember_key(path, key)
+    return model
+
+
+_STREAM_MIN_BYTES = 1 << 20
+
+
+def _build_streaming(path: Path, fmt: str, say: Progress) -> TraceModel | None:
+    """Build from a streamed decode; None when the file is not laid out for streaming (then the caller
+    decodes it whole, which also gives the precise error for a broken file)."""
+    try:
+        with path.open("rb") as f:
+            gzipped = f.read(2) == _GZIP_MAGIC
+        return build_model(stream_document(blocks(path, gzipped)), str(path), fmt, say)
+    except (NotStreamable, OSError, EOFError, zlib.error):
+        return None
+
+
+def _hash_file(path: Path) -> str:
+    h = cache.hasher()
+    try:
+        with path.open("rb") as f:
+            while block := f.read(8 << 20):
+                h.update(block)
+    except OSError as exc:
+        raise TraceError(str(path), f"cannot read ({exc.strerror or exc})") from None
+    return h.hexdigest()

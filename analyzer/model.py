@@ -1,0 +1,189 @@
+"""The trace model: columnar events, interned strings, lanes, devices, steps and resolved links.
+
+One numpy array per column, never one Python object per event. Every link is an index into the same
+event table (``-1`` when absent), so passes follow links with vectorised indexing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from enum import IntEnum
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from analyzer.names import ACTIVITY_KINDS, EventKind
+
+F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
+I32 = npt.NDArray[np.int32]
+I8 = npt.NDArray[np.int8]
+Mask = npt.NDArray[np.bool_]
+
+NO_ID = -1
+
+
+class LaneKind(IntEnum):
+    HOST = 0  # a host thread (pid, tid)
+    STREAM = 1  # a device stream
+    DEVICE = 2  # device-wide records not tied to a stream (cuda_sync with stream -1)
+    META = 3  # profiler pseudo lanes holding only its own spans and instants ("Spans", "Traces")
+
+
+@dataclass(frozen=True)
+class Lane:
+    id: int
+    kind: LaneKind
+    pid: str  # raw pid/tid for host lanes, as text (Kineto uses strings for some pseudo lanes)
+    tid: str
+    device: int  # device index for device lanes, -1 on the host
+    stream: int  # stream id for stream lanes, -1 otherwise
+    name: str  # thread name from metadata ("thread 1102 (pt_main_thread)", "stream 7")
+
+    @property
+    def on_device(self) -> bool:
+        return self.kind in (LaneKind.STREAM, LaneKind.DEVICE)
+
+    @property
+    def label(self) -> str:
+        if self.kind == LaneKind.HOST:
+            return self.name or f"thread {self.tid}"
+        if self.kind == LaneKind.STREAM:
+            return f"GPU {self.device} stream {self.stream}"
+        if self.kind == LaneKind.META:
+            return f"profiler {self.pid}/{self.tid}"
+        return f"GPU {self.device} (device-wide)"
+
+
+@dataclass(frozen=True)
+class Device:
+    id: int
+    name: str
+    properties: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str  # "ProfilerStep#12"
+    number: int
+    start_us: float
+    end_us: float
+    lane: int
+    event: int  # index of the annotation event
+
+    @property
+    def dur_us(self) -> float:
+        return self.end_us - self.start_us
+
+
+@dataclass(frozen=True)
+class EventTable:
+    """All timed events of one trace, sorted by (ts, longest first). Times are µs on the trace clock."""
+
+    ts: F64
+    dur: F64
+    kind: I8  # EventKind
+    api: I8  # ApiKind for runtime/driver calls, 0 otherwise
+    name: I32  # index into TraceModel.strings
+    cat: I32  # index into TraceModel.strings
+    lane: I32  # index into TraceModel.lanes
+    external_id: I64
+    correlation: I64
+    python_id: I64
+    stream: I64  # args.stream (device events), else -1
+    device: I64  # args.device (device events), else -1
+    bytes: I64
+    wait_stream: I64  # cuda_sync: stream waited on
+    wait_corr: I64  # cuda_sync: correlation of the cudaEventRecord waited on
+    # resolved links (indices into this table, -1 when absent)
+    parent: I64  # enclosing event on the same host thread (op nesting, python frames included)
+    launch: I64  # device activity / sync record -> the host API call that issued it
+    op: I64  # host API call -> the innermost cpu_op it ran under
+    py_parent: I64  # python frame -> its parent frame (Python parent id)
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    @property
+    def end(self) -> F64:
+        return self.ts + self.dur
+
+    def columns(self) -> dict[str, npt.NDArray[Any]]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def is_kind(self, *kinds: EventKind) -> Mask:
+        return np.isin(self.kind, np.array([int(k) for k in kinds], dtype=np.int8))
+
+    def activity_mask(self) -> Mask:
+        return self.is_kind(*ACTIVITY_KINDS)
+
+
+@dataclass(frozen=True)
+class LoadReport:
+    """What the loader could not use or did not recognise. Nothing is dropped silently."""
+
+    skipped: dict[str, int] = field(default_factory=dict)  # reason -> events skipped
+    unknown_categories: dict[str, int] = field(default_factory=dict)  # kept as OTHER, not analysed
+    unknown_phases: dict[str, int] = field(default_factory=dict)
+    unpaired_flows: int = 0  # flow ends with no partner (ignored)
+    unlinked_device_events: int = 0  # device activity whose launch call is not in the trace
+    notes: tuple[str, ...] = ()
+
+    @property
+    def skipped_total(self) -> int:
+        return sum(self.skipped.values())
+
+
+@dataclass(frozen=True)
+class TraceModel:
+    path: str
+    format: str  # "json" | "json.gz"
+    events: EventTable
+    strings: tuple[str, ...]
+    lanes: tuple[Lane, ...]
+    devices: tuple[Device, ...]
+    steps: tuple[Step, ...]
+    rank: int | None
+    world_size: int | None
+    display_time_unit: str | None
+    base_time_ns: int | None
+    report: LoadReport
+
+    def string(self, index: int) -> str:
+        return self.strings[index] if index >= 0 else ""
+
+    def name_of(self, event: int) -> str:
+        return self.strings[int(self.events.name[event])]
+
+    def device_lanes(self, device: int) -> Mask:
+        """Per-lane mask of the lanes (streams and device-wide records) of one device."""
+        return np.array([lane.on_device and lane.device == device for lane in self.lanes], dtype=np.bool_)
+
+    def lanes_of(self, kind: LaneKind) -> list[Lane]:
+        return [lane for lane in self.lanes if lane.kind == kind]
+
+    @property
+    def event_count(self) -> int:
+        return len(self.events)
+
+
+@dataclass(frozen=True)
+class TraceSet:
+    """What one input path holds: one model per rank (a single file is a set of one)."""
+
+    path: str
+    models: tuple[TraceModel, ...]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def ranks(self) -> list[int]:
+        return [m.rank if m.rank is not None else i for i, m in enumerate(self.models)]
+
+    def for_rank(self, rank: int | None) -> TraceModel:
+        if rank is None:
+            return self.models[0]
+        for model, r in zip(self.models, self.ranks, strict=True):
+            if r == rank:
+                return model
+        raise KeyError(rank)

@@ -1,0 +1,141 @@
+"""Vocabulary of Kineto traces: event categories and runtime calls, old and new spellings, CUDA and HIP.
+
+Classification is done once per distinct string (names are interned), never once per event.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class EventKind(IntEnum):
+    """What an event is, independent of how a torch version spelled its category."""
+
+    OTHER = 0  # a category we do not know; kept, counted, not analysed
+    CPU_OP = 1  # aten operators and other RecordFunction scopes (`cpu_op`, legacy `Operator`)
+    ANNOTATION = 2  # user annotations: ProfilerStep#N, record_function(...), DataLoader scopes
+    PYTHON = 3  # python_function frames (with_stack=True)
+    RUNTIME = 4  # CUDA/HIP runtime API calls on a host thread
+    DRIVER = 5  # CUDA driver API calls (cuLaunchKernel...) on a host thread
+    KERNEL = 6  # device activity
+    MEMCPY = 7  # device activity
+    MEMSET = 8  # device activity
+    SYNC = 9  # CUPTI `cuda_sync` record on the device side (not activity)
+    GPU_ANNOTATION = 10  # user annotation projected onto a stream (not activity)
+    INSTANT = 11  # instant events (memory records...)
+    TRACE_SPAN = 12  # the profiler's own "PyTorch Profiler (0)" span
+    OVERHEAD = 13  # profiler overhead records (activity buffer requests)
+
+
+#: Kinds that live on device streams; everything else lives on a host thread.
+DEVICE_KINDS = frozenset(
+    {EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET, EventKind.SYNC, EventKind.GPU_ANNOTATION}
+)
+#: Kinds whose intervals make a device busy.
+ACTIVITY_KINDS = frozenset({EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET})
+#: Kinds a host thread issues calls from (runtime or driver API).
+API_KINDS = frozenset({EventKind.RUNTIME, EventKind.DRIVER})
+
+_CATEGORIES: dict[str, EventKind] = {
+    "cpu_op": EventKind.CPU_OP,
+    "operator": EventKind.CPU_OP,
+    "user_annotation": EventKind.ANNOTATION,
+    "python_function": EventKind.PYTHON,
+    "python": EventKind.PYTHON,
+    "cuda_runtime": EventKind.RUNTIME,
+    "runtime": EventKind.RUNTIME,
+    "xpu_runtime": EventKind.RUNTIME,
+    "privateuse1_runtime": EventKind.RUNTIME,
+    "cuda_driver": EventKind.DRIVER,
+    "driver": EventKind.DRIVER,
+    "privateuse1_driver": EventKind.DRIVER,
+    "kernel": EventKind.KERNEL,
+    "gpu_memcpy": EventKind.MEMCPY,
+    "memcpy": EventKind.MEMCPY,
+    "gpu_memset": EventKind.MEMSET,
+    "memset": EventKind.MEMSET,
+    "cuda_sync": EventKind.SYNC,
+    "gpu_user_annotation": EventKind.GPU_ANNOTATION,
+    "cpu_instant_event": EventKind.INSTANT,
+    "trace": EventKind.TRACE_SPAN,
+    "overhead": EventKind.OVERHEAD,
+}
+
+#: Flow categories linking a launch to its device activity (new and legacy spellings).
+LAUNCH_FLOW_CATEGORIES = frozenset({"ac2g", "async_cpu_to_gpu"})
+#: Other flow categories we know and ignore without counting them as unknown.
+OTHER_FLOW_CATEGORIES = frozenset({"fwdbwd", "critical_path", "forward_backward"})
+
+
+def event_kind(category: str) -> EventKind:
+    """Map a category string (any spelling) to its kind; unknown categories are ``OTHER``."""
+    return _CATEGORIES.get(category.lower(), EventKind.OTHER)
+
+
+def is_known_category(category: str) -> bool:
+    return category.lower() in _CATEGORIES
+
+
+class ApiKind(IntEnum):
+    """What a runtime/driver call does, as far as who-waits-for-whom is concerned."""
+
+    NONE = 0  # not an API call, or an API call that neither launches nor waits
+    LAUNCH = 1  # kernel launch
+    GRAPH_LAUNCH = 2  # CUDA graph launch (many kernels, one call)
+    MEMCPY = 3  # synchronous or asynchronous copy (blocking is decided per call)
+    MEMSET = 4
+    SYNC_DEVICE = 5  # device-wide synchronize
+    SYNC_STREAM = 6
+    SYNC_EVENT = 7
+    EVENT_RECORD = 8
+    STREAM_WAIT = 9  # cudaStreamWaitEvent: device-side wait, host does not block
+    MALLOC = 10
+    FREE = 11
+    QUERY = 12  # cudaEventQuery / cudaStreamQuery: polls, never blocks
+
+
+_EXACT_API: dict[str, ApiKind] = {}
+for _kind, _names in {
+    ApiKind.SYNC_DEVICE: ("DeviceSynchronize", "CtxSynchronize", "ThreadSynchronize"),
+    ApiKind.SYNC_STREAM: ("StreamSynchronize",),
+    ApiKind.SYNC_EVENT: ("EventSynchronize",),
+    ApiKind.EVENT_RECORD: ("EventRecord", "EventRecordWithFlags"),
+    ApiKind.STREAM_WAIT: ("StreamWaitEvent",),
+    ApiKind.GRAPH_LAUNCH: ("GraphLaunch",),
+    ApiKind.QUERY: ("EventQuery", "StreamQuery"),
+    ApiKind.MALLOC: ("Malloc", "MallocHost", "HostAlloc", "MallocManaged", "MemAlloc", "MallocAsync"),
+    ApiKind.FREE: ("Free", "FreeHost", "MemFree", "FreeAsync"),
+}.items():
+    for _n in _names:
+        for _prefix in ("cuda", "cu", "hip"):
+            _EXACT_API[_prefix + _n] = _kind
+
+
+def api_kind(name: str) -> ApiKind:
+    """Classify a CUDA/HIP runtime or driver call by name (``cudaLaunchKernel``, ``cuLaunchKernelEx``,
+    ``hipExtLaunchKernel``, ``cudaMemcpyAsync``, ``hipMemcpyWithStream``...)."""
+    exact = _EXACT_API.get(name)
+    if exact is not None:
+        return exact
+    if not name.startswith(("cu", "hip")):
+        return ApiKind.NONE
+    if "Graph" in name:
+        return ApiKind.NONE
+    if "Launch" in name and "Kernel" in name:
+        return ApiKind.LAUNCH
+    if "Memcpy" in name:
+        return ApiKind.MEMCPY
+    if "Memset" in name:
+        return ApiKind.MEMSET
+    return ApiKind.NONE
+
+
+def memcpy_is_async(name: str) -> bool:
+    """``cudaMemcpyAsync`` may return before the copy ends; ``cudaMemcpy`` and ``hipMemcpyWithStream`` block."""
+    return "Async" in name
+
+
+#: Device-side sync record kinds (``args.cuda_sync_kind`` or the event name).
+SYNC_RECORD_KINDS = ("Stream Sync", "Event Sync", "Context Sync", "Stream Wait Event")
+
+STEP_PREFIX = "ProfilerStep#"

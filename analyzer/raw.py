@@ -1,0 +1,205 @@
+"""Typed decoding of Kineto JSON with msgspec: the only place that sees the file's raw shape.
+
+The document is first split into one ``msgspec.Raw`` slice per event (cheap: no objects are made for the
+event's fields), then decoded in batches into small typed structs, so memory holds at most one batch of
+Python objects. A batch with a field of the wrong type anywhere falls back to converting its events one
+by one, so a bad event is skipped and counted instead of failing the file.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from analyzer.errors import TraceError
+
+IdValue = int | str | None
+BATCH = 1 << 16  # events per batch when slicing a document held in memory
+BATCH_BYTES = 8 << 20  # bytes of JSON per batch when streaming
+
+
+class RawArgs(msgspec.Struct, gc=False):
+    """The ``args`` keys stallscope uses; all others are skipped by the decoder."""
+
+    external_id: IdValue = msgspec.field(default=-1, name="External id")
+    correlation: IdValue = -1
+    stream: IdValue = -1
+    device: IdValue = -1
+    bytes: IdValue = -1
+    python_id: IdValue = msgspec.field(default=-1, name="Python id")
+    python_parent_id: IdValue = msgspec.field(default=-1, name="Python parent id")
+    cuda_sync_kind: str | None = None
+    wait_on_stream: IdValue = -1
+    wait_on_event_corr: IdValue = msgspec.field(default=-1, name="wait_on_cuda_event_record_corr_id")
+    name: str | int | float | None = None  # metadata events: thread_name / process_name
+    labels: str | None = None  # metadata events: process_labels ("CPU", "GPU 0")
+
+
+EMPTY_ARGS = RawArgs()
+
+
+class RawEvent(msgspec.Struct, gc=False):
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    pid: int | str = -1
+    tid: int | str = -1
+    ts: float | None = None
+    dur: float | None = None
+    id: IdValue = None
+    args: RawArgs | None = None
+
+
+class _Doc(msgspec.Struct, gc=False):
+    traceEvents: list[msgspec.Raw] | None = None
+    deviceProperties: list[dict[str, Any]] | None = None
+    distributedInfo: dict[str, Any] | None = None
+    displayTimeUnit: str | None = None
+    baseTimeNanoseconds: int | None = None
+
+
+@dataclass
+class Batch:
+    events: list[RawEvent]
+    skipped: Counter[str] = field(default_factory=Counter)
+
+
+@dataclass
+class Document:
+    """Top-level facts of a trace and its events, to be consumed once, batch by batch."""
+
+    batches: Iterator[Batch]
+    size: int  # number of elements in the event list
+    device_properties: list[dict[str, Any]]
+    distributed_info: dict[str, Any]
+    display_time_unit: str | None
+    base_time_ns: int | None
+
+
+_DOC_DECODER = msgspec.json.Decoder(_Doc)
+_RAW_LIST_DECODER = msgspec.json.Decoder(list[msgspec.Raw])
+_BATCH_DECODER = msgspec.json.Decoder(list[RawEvent])
+
+
+def decode(data: bytes, path: str) -> Document:
+    """Decode a Kineto/Chrome trace document (an object with ``traceEvents`` or a bare event list)."""
+    head = data[:64].lstrip()
+    if not head:
+        raise TraceError(path, "empty file")
+    if head[:1] not in (b"{", b"["):
+        raise TraceError(path, "not JSON (does not start with '{' or '[')")
+    with paused_gc():
+        try:
+            if head[:1] == b"[":
+                raws = _RAW_LIST_DECODER.decode(data)
+                return Document(_batches(raws), len(raws), [], {}, None, None)
+            doc = _DOC_DECODER.decode(data)
+        except msgspec.ValidationError:
+            return _decode_lenient(data, path)
+        except msgspec.DecodeError as exc:
+            raise TraceError(path, _describe_json_error(exc)) from None
+    if doc.traceEvents is None:
+        raise TraceError(path, "not a trace: JSON object without a 'traceEvents' list")
+    return Document(
+        _batches(doc.traceEvents),
+        len(doc.traceEvents),
+        doc.deviceProperties or [],
+        doc.distributedInfo or {},
+        doc.displayTimeUnit,
+        doc.baseTimeNanoseconds,
+    )
+
+
+def top_level(data: bytes) -> Document:
+    """Only the top-level facts of a document whose event list is empty (used by the streaming path)."""
+    doc = _DOC_DECODER.decode(data)
+    return Document(
+        iter(()),
+        0,
+        doc.deviceProperties or [],
+        doc.distributedInfo or {},
+        doc.displayTimeUnit,
+        doc.baseTimeNanoseconds,
+    )
+
+
+class paused_gc:
+    """Pause the cyclic garbage collector: millions of small acyclic objects are made and freed here."""
+
+    def __enter__(self) -> None:
+        self.was_enabled = gc.isenabled()
+        gc.disable()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.was_enabled:
+            gc.enable()
+
+
+def _describe_json_error(exc: msgspec.DecodeError) -> str:
+    text = str(exc)
+    if "truncated" in text.lower():
+        return "truncated JSON (the file ends in the middle of the document)"
+    return f"invalid JSON ({text})"
+
+
+def _batches(raws: list[msgspec.Raw]) -> Iterator[Batch]:
+    for start in range(0, len(raws), BATCH):
+        chunk = raws[start : start + BATCH]
+        buf = b"[" + b",".join(chunk) + b"]"
+        try:
+            yield Batch(_BATCH_DECODER.decode(buf))
+        except msgspec.ValidationError:
+            yield _convert_each(msgspec.json.decode(buf))
+    raws.clear()  # release the slices (and with them the document's bytes) as soon as possible
+
+
+def _convert_each(items: list[Any]) -> Batch:
+    batch = Batch([])
+    for item in items:
+        if not isinstance(item, dict):
+            batch.skipped["not an event object"] += 1
+            continue
+        try:
+            batch.events.append(msgspec.convert(item, RawEvent))
+        except msgspec.ValidationError as exc:
+            batch.skipped[_wrong_type(str(exc))] += 1
+    return batch
+
+
+def _wrong_type(message: str) -> str:
+    """'Expected `float | null`, got `str` - at `$.ts`' -> 'ts: not a number (str)'."""
+    field = message.rsplit("at `$.", 1)[-1].rstrip("`") if "at `$." in message else "event"
+    got = message.split("got `", 1)[-1].split("`", 1)[0] if "got `" in message else "?"
+    wanted = "not a number" if "float" in message or "int" in message else "wrong type"
+    return f"{field}: {wanted} ({got})"
+
+
+def _decode_lenient(data: bytes, path: str) -> Document:
+    """Slow path for documents whose top level has unexpected types: decode untyped, keep what fits."""
+    doc = msgspec.json.decode(data)
+    if isinstance(doc, dict):
+        items = doc.get("traceEvents")
+        if not isinstance(items, list):
+            raise TraceError(path, "not a trace: JSON object without a 'traceEvents' list")
+        top = doc
+    elif isinstance(doc, list):
+        items, top = doc, {}
+    else:
+        raise TraceError(path, f"not a trace: top-level JSON {type(doc).__name__}")
+    props = top.get("deviceProperties")
+    dist = top.get("distributedInfo")
+    unit = top.get("displayTimeUnit")
+    base = top.get("baseTimeNanoseconds")
+    return Document(
+        iter([_convert_each(items)]),
+        len(items),
+        [p for p in props if isinstance(p, dict)] if isinstance(props, list) else [],
+        dist if isinstance(dist, dict) else {},
+        unit if isinstance(unit, str) else None,
+        base if isinstance(base, int) and not isinstance(base, bool) else None,
+    )

@@ -1,0 +1,153 @@
+"""Streaming decode of large traces: decompress block by block, cut the event list into batches at event
+boundaries, decode each batch typed. Memory holds one block and one batch, never the whole document.
+
+Cutting is optimistic: a cut is made at ``}`` ``,`` ``{`` between events. A cut inside a string would leave
+an unterminated string, which fails to decode; any such surprise raises ``NotStreamable`` and the caller
+falls back to decoding the whole document in memory (``analyzer.raw.decode``), which has the precise
+error messages. Nothing is ever silently mis-parsed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import msgspec
+
+_inflate_lib: ModuleType
+try:  # Intel ISA-L inflates gzip about twice as fast as zlib; optional, same API
+    from isal import isal_zlib as _inflate_lib  # type: ignore[import-not-found, unused-ignore]
+except ImportError:  # pragma: no cover - platform without isal wheels
+    _inflate_lib = zlib
+
+from analyzer.raw import BATCH_BYTES, Batch, Document, RawEvent, top_level
+
+_BLOCK = 8 << 20
+_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_CUT = re.compile(rb"\}\s*,\s*\{")
+_BATCH_DECODER = msgspec.json.Decoder(list[RawEvent])
+
+
+class NotStreamable(Exception):
+    """The document is not laid out the way the streaming path expects; decode it whole instead."""
+
+
+def blocks(path: Path, gzipped: bool) -> Iterator[bytes]:
+    """The file's bytes, gunzipped when ``gzipped``, in blocks of a few MB."""
+    inflate: Any = _inflate_lib.decompressobj(wbits=47) if gzipped else None  # 47: gzip/zlib header
+    with path.open("rb") as f:
+        while True:
+            data = f.read(_BLOCK)
+            if not data:
+                break
+            if inflate is None:
+                yield data
+                continue
+            while data:
+                yield inflate.decompress(data, _BLOCK)
+                data = inflate.unconsumed_tail
+                if inflate.eof and inflate.unused_data:
+                    raise NotStreamable("several gzip members")
+    if inflate is not None and not inflate.eof:
+        raise NotStreamable("truncated gzip")
+
+
+def stream_document(source: Iterator[bytes]) -> Document:
+    """A ``Document`` whose batches are decoded while ``source`` is read. Top-level facts (device
+    properties, rank...) are filled in when the last batch has been produced."""
+    doc = Document(iter(()), 0, [], {}, None, None)
+    doc.batches = _events(source, doc)
+    return doc
+
+
+def _events(source: Iterator[bytes], doc: Document) -> Iterator[Batch]:
+    buf = b""
+    for block in source:
+        buf += block
+        match = _KEY.search(buf)
+        if match:
+            break
+        if len(buf) > 64 << 20:
+            raise NotStreamable("no traceEvents list near the start")
+    else:
+        raise NotStreamable("no traceEvents list")
+    head = buf[: match.end() - 1]
+    pending = bytearray(buf[match.end() - 1 :])  # starts with the list's '['
+    del buf
+    for block in source:
+        pending += block
+        if len(pending) < BATCH_BYTES:
+            continue
+        cut = _last_cut(pending)
+        if cut > 0:
+            yield _decode_prefix(pending, cut, doc)
+    last, rest = _finish(bytes(pending), doc)
+    yield from last
+    _top_level(head, rest, doc)
+
+
+def _last_cut(text: bytearray) -> int:
+    """Position of the ``}`` of the last ``} , {`` in ``text`` (-1 if none)."""
+    pos = len(text)
+    while True:
+        pos = text.rfind(b"}", 0, pos)
+        if pos < 0 or _CUT.match(text, pos):
+            return pos
+
+
+def _decode_prefix(pending: bytearray, cut: int, doc: Document) -> Batch:
+    """Decode ``pending[:cut + 1]`` (it starts with '[') as a list, in place: the byte after the cut
+    becomes ']' for the decode and the separating ',' becomes the '[' of what remains."""
+    comma = pending.index(b",", cut)
+    pending[cut + 1] = ord("]")
+    with memoryview(pending) as view:
+        batch = _decode(view[: cut + 2], doc)
+    pending[comma] = ord("[")
+    del pending[:comma]
+    return batch
+
+
+def _decode(text: memoryview, doc: Document) -> Batch:
+    try:
+        events = _BATCH_DECODER.decode(text)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise NotStreamable(str(exc)) from None
+    doc.size += len(events)
+    return Batch(events)
+
+
+def _finish(pending: bytes, doc: Document) -> tuple[list[Batch], bytes]:
+    """The last events, then the closing ``]`` and what follows it (the rest of the top-level object)."""
+    out = []
+    buf = bytearray(pending)
+    cut = _last_cut(buf)
+    if cut > 0:
+        out.append(_decode_prefix(buf, cut, doc))
+    try:  # one event (or none) then ']': small, so the stdlib's prefix decoder is fine here
+        text = buf.decode("utf-8")
+        events, end = json.JSONDecoder().raw_decode(text)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise NotStreamable(str(exc)) from None
+    if not isinstance(events, list) or not all(isinstance(e, dict) for e in events):
+        raise NotStreamable("event list holds non-objects")
+    try:
+        last = msgspec.convert(events, list[RawEvent])
+    except msgspec.ValidationError as exc:
+        raise NotStreamable(str(exc)) from None
+    doc.size += len(last)
+    out.append(Batch(last))
+    return out, text[end:].encode()
+
+
+def _top_level(head: bytes, rest: bytes, doc: Document) -> None:
+    try:
+        facts = top_level(head + b"[]" + rest)
+    except msgspec.MsgspecError as exc:
+        raise NotStreamable(str(exc)) from None
+    doc.device_properties, doc.distributed_info = facts.device_properties, facts.distributed_info
+    doc.display_time_unit, doc.base_time_ns = facts.display_time_unit, facts.base_time_ns

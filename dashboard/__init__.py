@@ -1,0 +1,1 @@
+"""stallscope dashboard and HTML reports: render analyzer results, never re-derive them."""

@@ -1,0 +1,3 @@
+from stallscope.cli import entry
+
+entry()

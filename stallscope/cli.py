@@ -1,0 +1,118 @@
+"""``stallscope`` command line. ``main(argv) -> int`` is the whole CLI and is testable in-process;
+only it prints errors and chooses exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from analyzer.errors import StallscopeError, UsageError
+from stallscope import __version__
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    help: str
+    configure: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+def _configure_analyze(p: argparse.ArgumentParser) -> None:
+    p.add_argument("trace", help="trace file (.json, .json.gz), folder of rank files, or stallscope bundle")
+    p.add_argument(
+        "--json",
+        metavar="OUT",
+        help="write the analysis (schema stallscope.analysis/1) to OUT ('-' for stdout)",
+    )
+    p.add_argument(
+        "--rank", type=int, default=None, help="rank to analyse in a multi-rank folder (default: lowest)"
+    )
+    p.add_argument("--no-cache", action="store_true", help="parse the trace even if a cached model exists")
+    p.add_argument("-q", "--quiet", action="store_true", help="no summary on stdout, no progress on stderr")
+
+
+def _run_analyze(args: argparse.Namespace) -> int:
+    from analyzer.analysis import analyze
+    from analyzer.loader import load
+    from analyzer.output import to_json
+    from stallscope.progress import Progress
+    from stallscope.terminal import render
+
+    progress = Progress(enabled=not args.quiet)
+    try:
+        traces = load(args.trace, use_cache=not args.no_cache, progress=progress)
+        if args.rank is not None and args.rank not in traces.ranks:
+            raise UsageError(
+                f"--rank {args.rank}: {args.trace} has ranks {', '.join(map(str, traces.ranks))}"
+            )
+        progress("analysing")
+        result = analyze(traces, args.rank)
+    finally:
+        progress.done()
+    if args.json:
+        _write_json(args.json, to_json(result))
+    if not args.quiet and args.json != "-":
+        print(render(result))
+        if args.json:
+            print(f"  json      {args.json}")
+    return 0
+
+
+def _write_json(target: str, doc: object) -> None:
+    text = json.dumps(doc, indent=1, allow_nan=False)
+    if target == "-":
+        sys.stdout.write(text + "\n")
+        return
+    try:
+        Path(target).write_text(text + "\n")
+    except OSError as exc:
+        raise UsageError(f"--json {target}: cannot write ({exc.strerror or exc})") from None
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command("analyze", "analyse a trace and print the verdict", _configure_analyze, _run_analyze),
+)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="stallscope", description="Who could have gone ahead, and who had to wait?"
+    )
+    p.add_argument("--version", action="version", version=f"stallscope {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    for cmd in COMMANDS:
+        sp = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help)
+        cmd.configure(sp)
+        sp.set_defaults(run=cmd.run)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = parser()
+    try:
+        args = p.parse_args(argv)
+    except SystemExit as exc:  # argparse has printed its usage message
+        return int(exc.code or 0)
+    if not getattr(args, "run", None):
+        p.print_help()
+        return 2
+    try:
+        return int(args.run(args))
+    except StallscopeError as exc:
+        print(f"stallscope: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("stallscope: interrupted", file=sys.stderr)
+        return 130
+    except MemoryError:
+        print("stallscope: error: out of memory", file=sys.stderr)
+        return 2
+
+
+def entry() -> None:
+    sys.exit(main())
