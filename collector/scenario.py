@@ -1,0 +1,945 @@
+"""Synthetic Kineto traces from a script of host work, launches, copies and syncs.
+
+``Scenario`` is a builder: each call simulates one host action (see ``scenario_model`` for the timing rules)
+and records the events torch.profiler would emit for it, in the same shapes (cpu_op / user_annotation /
+python_function spans, cuda_runtime calls with ``ac2g`` flows, kernel / gpu_memcpy / gpu_memset / cuda_sync
+device records, metadata). ``Scenario.write`` produces a ``.json`` or ``.json.gz`` document; the simulated
+ground truth (window, busy time, steps, syncs, critical path, pipeline figures) is exposed for tests.
+
+The ready-made scenarios at the bottom feed ``sample_traces/`` and the analyzer's golden tests. Pure stdlib.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import statistics
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+
+from collector.scenario_model import (
+    Activity,
+    CallSite,
+    Costs,
+    CriticalPath,
+    CudaEvent,
+    DropWaits,
+    Gap,
+    JsonDict,
+    ScenarioModel,
+    StepTruth,
+    SyncKind,
+    SyncTruth,
+    WhatIf,
+    _Thread,
+)
+
+__all__ = [
+    "CallSite",
+    "Costs",
+    "CriticalPath",
+    "CudaEvent",
+    "DropWaits",
+    "Pipeline",
+    "Scenario",
+    "SyncKind",
+    "WhatIf",
+]
+
+DATALOADER_SPAN = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+_MEMCPY_NAMES = {
+    ("HtoD", False): "Memcpy HtoD (Pageable -> Device)",
+    ("HtoD", True): "Memcpy HtoD (Pinned -> Device)",
+    ("DtoH", False): "Memcpy DtoH (Device -> Pageable)",
+    ("DtoH", True): "Memcpy DtoH (Device -> Pinned)",
+    ("DtoD", False): "Memcpy DtoD (Device -> Device)",
+    ("DtoD", True): "Memcpy DtoD (Device -> Device)",
+}
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """Two-stage pipeline figures (DESIGN.md section 4, "Pipeline model")."""
+
+    host_prep_us: float
+    device_us: float
+    batches: int
+    serial_us: float
+    pipelined_us: float
+    bottleneck: str  # "host" or "device"
+
+    @staticmethod
+    def of(prep_us: float, device_us: float, batches: int) -> Pipeline:
+        serial = batches * (prep_us + device_us)
+        pipelined = prep_us + device_us + (batches - 1) * max(prep_us, device_us)
+        return Pipeline(
+            prep_us, device_us, batches, serial, pipelined, "host" if prep_us > device_us else "device"
+        )
+
+
+class Scenario:
+    """Script builder and simulator for one synthetic single-rank trace."""
+
+    def __init__(
+        self,
+        name: str = "scenario",
+        *,
+        pid: int = 4242,
+        tid: int = 4242,
+        device: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        device_name: str = "NVIDIA H100 80GB HBM3",
+        base_ts_us: int = 1_700_000_000_000,
+        first_step: int = 1,
+        costs: Costs | None = None,
+        whatif: WhatIf | None = None,
+    ) -> None:
+        self.name = name
+        self.rank = rank
+        self.world_size = world_size
+        self.device_name = device_name
+        self.base_ts_us = base_ts_us
+        self.costs = costs or Costs()
+        self.whatif = whatif or WhatIf()
+        self._m = ScenarioModel(pid=pid, tid=tid, device=device, costs=self.costs, whatif=self.whatif)
+        self._next_step = first_step
+
+    # ----- host ------------------------------------------------------------------------------------------
+
+    def host(self, name: str, dur_us: float, *, cat: str = "cpu_op") -> None:
+        """A leaf host span (``cpu_op`` or ``user_annotation``) taking ``dur_us`` of host time."""
+        with self._m.span(cat, name, {"External id": self._m.next_ext(), "Record function id": 0}):
+            self._m.advance(self._m.host_cost(dur_us))
+
+    def gap(self, dur_us: float) -> None:
+        """Untraced host time (Python between profiled events)."""
+        self._m.advance(self._m.host_cost(dur_us))
+
+    @contextmanager
+    def op(self, name: str, *, cat: str = "cpu_op", self_us: float = 0.0) -> Iterator[None]:
+        """An op span enclosing whatever the block does; ``self_us`` is its own time before its children."""
+        m = self._m
+        with m.span(cat, name, {"External id": m.next_ext(), "Record function id": 0}):
+            m.advance(m.host_cost(self.costs.op_enter_us + self_us))
+            yield
+            m.advance(m.host_cost(self.costs.op_exit_us))
+
+    @contextmanager
+    def py_frame(self, file: str, line: int, function: str) -> Iterator[None]:
+        """A ``python_function`` frame named ``file(line): function`` (``line`` = the def line, as Kineto)."""
+        with self.py_call(f"{file}({line}): {function}"):
+            yield
+
+    @contextmanager
+    def py_call(self, name: str) -> Iterator[None]:
+        """A ``python_function`` event with a raw name, e.g. ``<built-in method item of Tensor ...>``."""
+        m = self._m
+        th = m.current
+        pid = m.next_py()
+        parent = th.py_ids[-1] if th.py_ids else None
+        th.py_ids.append(pid)
+        try:
+            with m.span("python_function", name, {"Python parent id": parent, "Python id": pid}):
+                yield
+        finally:
+            th.py_ids.pop()
+
+    @contextmanager
+    def step(self) -> Iterator[int]:
+        """A ``ProfilerStep#N`` span (N counts up from ``first_step``); yields N."""
+        m = self._m
+        n = self._next_step
+        self._next_step += 1
+        name = f"ProfilerStep#{n}"
+        m.open_step()
+        start = m.current.clock
+        with m.span("user_annotation", name, {"External id": m.next_ext(), "Record function id": 0}):
+            yield n
+        m.close_step(name, start)
+
+    @contextmanager
+    def thread(self, tid: int) -> Iterator[None]:
+        """Run the block on host thread ``tid`` (a new thread starts at the current thread's clock)."""
+        m = self._m
+        prev = m.current
+        m.current = m.threads.setdefault(tid, _Thread(tid, clock=prev.clock))
+        try:
+            yield
+        finally:
+            m.current = prev
+
+    def data_loading(self, dur_us: float, *, name: str = DATALOADER_SPAN) -> None:
+        """A DataLoader ``__next__`` span (user_annotation) taking ``dur_us`` of host time."""
+        m = self._m
+        start = m.current.clock
+        with m.span("user_annotation", name, {"External id": m.next_ext(), "Record function id": 0}):
+            m.advance(m.host_cost(dur_us * self.whatif.input_scale))
+        m.input_spans.append((m.current.tid, start, m.current.clock))
+
+    # ----- device work -----------------------------------------------------------------------------------
+
+    def launch(self, kernel: str, dur_us: float, *, stream: int = 7) -> int:
+        """``cudaLaunchKernel`` now; the kernel runs ``dur_us`` on ``stream``. Returns the correlation id."""
+        m = self._m
+        corr = m.next_corr()
+        args = m.device_args(corr, stream)
+        args = {k: v for k, v in args.items() if k == "External id"} | {"queued": 0} | args
+        args.update(
+            {
+                "registers per thread": 32,
+                "shared memory": 0,
+                "blocks per SM": 1.0,
+                "warps per SM": 4.0,
+                "grid": [132, 1, 1],
+                "block": [128, 1, 1],
+                "est. achieved occupancy %": 6,
+            }
+        )
+        t0 = m.current.clock
+        m.enqueue("kernel", kernel, stream, dur_us, "cudaLaunchKernel", args)
+        m.advance(m.host_cost(self.costs.launch_cpu_us))
+        m.runtime("cudaLaunchKernel", t0, m.current.clock, corr, "s")
+        return corr
+
+    def memset(self, nbytes: int, dur_us: float, *, stream: int = 7) -> int:
+        """``cudaMemsetAsync`` + a ``Memset (Device)`` record. Returns the correlation id."""
+        m = self._m
+        corr = m.next_corr()
+        args = m.device_args(corr, stream) | {"bytes": nbytes}
+        args["memory bandwidth (GB/s)"] = nbytes / (dur_us * self.whatif.device_scale) / 1e3
+        t0 = m.current.clock
+        m.enqueue("gpu_memset", "Memset (Device)", stream, dur_us, "cudaMemsetAsync", args)
+        m.advance(m.host_cost(self.costs.launch_cpu_us))
+        m.runtime("cudaMemsetAsync", t0, m.current.clock, corr, "s")
+        return corr
+
+    def memcpy(
+        self,
+        kind: str,
+        nbytes: int,
+        dur_us: float,
+        *,
+        pinned: bool = True,
+        non_blocking: bool = True,
+        stream: int = 7,
+        sync_kind: SyncKind | None = None,
+        avoidable: bool = False,
+        reasons: tuple[str, ...] = (),
+    ) -> int:
+        """``cudaMemcpyAsync`` of ``kind`` ("HtoD", "DtoH", "DtoD"); returns the correlation id.
+
+        From or to pageable host memory the call blocks until the copy ends (as CUDA does); with
+        ``non_blocking=False`` a ``cudaStreamSynchronize`` follows (as ``Tensor.copy_`` does). A blocking copy
+        is recorded as one sync of ``sync_kind`` (default: pageable_copy for a non_blocking pageable copy,
+        to_host for DtoH, else other).
+        """
+        if kind not in ("HtoD", "DtoH", "DtoD"):
+            raise ValueError(f"memcpy kind must be HtoD, DtoH or DtoD, not {kind!r}")
+        m = self._m
+        pageable = not pinned and kind != "DtoD"
+        if sync_kind is None:
+            sync_kind = (
+                SyncKind.PAGEABLE_COPY
+                if pageable and non_blocking
+                else (SyncKind.TO_HOST if kind == "DtoH" else SyncKind.OTHER)
+            )
+        group: AbstractContextManager[None] = nullcontext()
+        if pageable or not non_blocking:
+            group = m.sync_group(sync_kind, m.enclosing_op(), avoidable, reasons)
+        with group:
+            corr = m.next_corr()
+            args = m.device_args(corr, stream) | {"bytes": nbytes}
+            args["memory bandwidth (GB/s)"] = nbytes / (dur_us * self.whatif.device_scale) / 1e3
+            name = _MEMCPY_NAMES[(kind, not pageable)]
+            t0 = m.current.clock
+            act = m.enqueue("gpu_memcpy", name, stream, dur_us, "cudaMemcpyAsync", args)
+            if pageable:
+                m.block("cudaMemcpyAsync", corr, self.costs.launch_cpu_us, act)
+            else:
+                m.advance(m.host_cost(self.costs.launch_cpu_us))
+            m.runtime("cudaMemcpyAsync", t0, m.current.clock, corr, "s")
+            if not non_blocking:
+                self._stream_sync(stream)
+        return corr
+
+    # ----- syncs -----------------------------------------------------------------------------------------
+
+    def synchronize(self, *, avoidable: bool = False, reasons: tuple[str, ...] = ()) -> None:
+        """``torch.cuda.synchronize()``: cudaDeviceSynchronize, waits for every stream; "Context Sync"."""
+        m = self._m
+        with m.sync_group(SyncKind.BLANKET, m.enclosing_op(), avoidable, reasons):
+            corr = m.next_corr()
+            args = m.device_args(corr, -1)
+            t0, t1 = m.block(
+                "cudaDeviceSynchronize", corr, self.costs.sync_cpu_us, m.last_on(sorted(m.streams))
+            )
+            m.runtime("cudaDeviceSynchronize", t0, t1, corr, "s")
+            m.device_sync(
+                "Context Sync",
+                -1,
+                t0,
+                t1,
+                {k: args[k] for k in ("stream", "correlation", "device", "context")},
+            )
+
+    def stream_synchronize(
+        self, stream: int = 7, *, avoidable: bool = False, reasons: tuple[str, ...] = ()
+    ) -> None:
+        """``torch.cuda.current_stream().synchronize()``: cudaStreamSynchronize; "Stream Sync"."""
+        m = self._m
+        with m.sync_group(SyncKind.STREAM, m.enclosing_op(), avoidable, reasons):
+            self._stream_sync(stream)
+
+    def _stream_sync(self, stream: int) -> None:
+        m = self._m
+        corr = m.next_corr()
+        args = m.device_args(corr, stream)
+        t0, t1 = m.block("cudaStreamSynchronize", corr, self.costs.sync_cpu_us, m.last_on([stream]))
+        m.runtime("cudaStreamSynchronize", t0, t1, corr, "s")
+        m.device_sync(
+            "Stream Sync",
+            stream,
+            t0,
+            t1,
+            {k: args[k] for k in ("stream", "correlation", "device", "context")},
+        )
+
+    def event_record(self, stream: int = 7) -> CudaEvent:
+        """``event.record(stream)``: cudaEventRecord (Kineto gives it a host-side flow finish only)."""
+        m = self._m
+        corr = m.next_corr()
+        last = m.last_on([stream])
+        ev = CudaEvent(m.next_event_id(), stream, corr, None if last is None else last.index)
+        t0 = m.current.clock
+        m.advance(m.host_cost(self.costs.event_record_cpu_us))
+        m.runtime("cudaEventRecord", t0, m.current.clock, corr, "f")
+        return ev
+
+    def event_synchronize(
+        self, ev: CudaEvent, *, avoidable: bool = False, reasons: tuple[str, ...] = ()
+    ) -> None:
+        """``event.synchronize()``: cudaEventSynchronize, waits for the recorded point; "Event Sync"."""
+        m = self._m
+        with m.sync_group(SyncKind.EVENT, m.enclosing_op(), avoidable, reasons):
+            corr = m.next_corr()
+            awaited = None if ev.activity is None else m.activities[ev.activity]
+            t0, t1 = m.block("cudaEventSynchronize", corr, self.costs.sync_cpu_us, awaited)
+            m.runtime("cudaEventSynchronize", t0, t1, corr, "f")
+            args = m.device_args(corr, -1)
+            m.device_sync("Event Sync", -1, t0, t1, self._wait_args(ev) | args)
+
+    def stream_wait_event(self, stream: int, ev: CudaEvent) -> None:
+        """``stream.wait_event(ev)``: later work on ``stream`` cannot start before the recorded point ends."""
+        m = self._m
+        corr = m.next_corr()
+        t0 = m.current.clock
+        m.advance(m.host_cost(self.costs.event_record_cpu_us))
+        m.runtime("cudaStreamWaitEvent", t0, m.current.clock, corr, "s")
+        m.device_sync(
+            "Stream Wait Event",
+            stream,
+            t0,
+            m.current.clock,
+            self._wait_args(ev) | m.device_args(corr, stream),
+        )
+        m.streams.add(stream)
+        if ev.activity is not None:
+            old = m.stream_floor.get(stream)
+            if old is None or m.activities[old].end_us < m.activities[ev.activity].end_us:
+                m.stream_floor[stream] = ev.activity
+
+    @staticmethod
+    def _wait_args(ev: CudaEvent) -> JsonDict:
+        return {
+            "wait_on_stream": ev.stream,
+            "wait_on_cuda_event_record_corr_id": ev.correlation,
+            "wait_on_cuda_event_id": ev.event_id,
+        }
+
+    def item(
+        self, *, stream: int = 7, copy_us: float = 2.0, avoidable: bool = False, reasons: tuple[str, ...] = ()
+    ) -> None:
+        """``tensor.item()``: aten::item > aten::_local_scalar_dense > blocking 4-byte DtoH to pageable memory
+        + cudaStreamSynchronize, one ``scalar_read`` sync (as in torch's own traces)."""
+        m = self._m
+        with (
+            m.sync_group(SyncKind.SCALAR_READ, "aten::item", avoidable, reasons),
+            self.op("aten::item"),
+            self.op("aten::_local_scalar_dense"),
+        ):
+            self.memcpy("DtoH", 4, copy_us, pinned=False, non_blocking=False, stream=stream)
+
+    def to_device(
+        self,
+        nbytes: int,
+        dur_us: float,
+        *,
+        pinned: bool,
+        non_blocking: bool,
+        stream: int = 7,
+        avoidable: bool = False,
+        reasons: tuple[str, ...] = (),
+    ) -> None:
+        """``x.to("cuda", non_blocking=...)``: aten::to > _to_copy > copy_ > HtoD cudaMemcpyAsync."""
+        m = self._m
+        kind = SyncKind.PAGEABLE_COPY if not pinned and non_blocking else SyncKind.OTHER
+        blocking = not pinned or not non_blocking
+        group = m.sync_group(kind, "aten::to", avoidable, reasons) if blocking else nullcontext()
+        with group, self.op("aten::to"), self.op("aten::_to_copy"), self.op("aten::copy_"):
+            self.memcpy("HtoD", nbytes, dur_us, pinned=pinned, non_blocking=non_blocking, stream=stream)
+
+    # ----- ground truth ----------------------------------------------------------------------------------
+
+    @property
+    def window(self) -> tuple[float, float]:
+        """Analysis window (relative µs): first to last ProfilerStep, else the whole trace."""
+        return self._m.window()
+
+    @property
+    def window_us(self) -> float:
+        lo, hi = self.window
+        return hi - lo
+
+    @property
+    def makespan_us(self) -> float:
+        """Earliest start to latest end of any host or device event."""
+        lo, hi = self._m.extent()
+        return hi - lo
+
+    @property
+    def wall_us(self) -> float:
+        """Window start to the later of the window end and the end of device work launched in steps."""
+        lo, hi = self.window
+        ends = [a.end_us for a in self._m.activities if a.step is not None]
+        return max([hi, *ends]) - lo
+
+    @property
+    def steps(self) -> tuple[StepTruth, ...]:
+        return tuple(self._m.steps)
+
+    @property
+    def syncs(self) -> tuple[SyncTruth, ...]:
+        return tuple(self._m.syncs)
+
+    @property
+    def activities(self) -> tuple[Activity, ...]:
+        return tuple(self._m.activities)
+
+    @property
+    def busy_intervals(self) -> list[tuple[float, float]]:
+        """Merged device-busy intervals (all streams), relative µs."""
+        return self._m.busy_intervals()
+
+    @property
+    def device_busy_us(self) -> float:
+        """Device busy time inside the window."""
+        return self._m.busy_in(*self.window)
+
+    def step_busy_us(self, step: StepTruth) -> float:
+        """Device busy time inside the step's own interval."""
+        return self._m.busy_in(step.start_us, step.end_us)
+
+    def critical_path(self) -> CriticalPath:
+        return self._m.critical_path()
+
+    def gaps(self, min_gap_us: float = 20.0) -> list[Gap]:
+        """Device idle intervals of at least ``min_gap_us`` in the window, with their simulated cause."""
+        return self._m.gaps(min_gap_us)
+
+    def pipeline(self) -> Pipeline | None:
+        """P = median host prep per step, G = median device time launched per step, n = steps."""
+        if not self._m.steps:
+            return None
+        prep = statistics.median(s.host_prep_us for s in self._m.steps)
+        dev = statistics.median(s.launched_device_us for s in self._m.steps)
+        return Pipeline.of(prep, dev, len(self._m.steps))
+
+    def abs_us(self, rel_us: float) -> float:
+        """A relative time on the written trace's clock."""
+        return _num(self.base_ts_us + rel_us)
+
+    # ----- output ----------------------------------------------------------------------------------------
+
+    def to_document(self) -> JsonDict:
+        """The Kineto Chrome-trace document, as torch.profiler's ``export_chrome_trace`` writes it."""
+        return _kineto_document(self, self._m)
+
+    def write(self, path: str | Path) -> Path:
+        """Write ``.json`` or ``.json.gz`` (byte-identical for the same script: gzip mtime is 0)."""
+        path = Path(path)
+        doc = self.to_document()
+        events = ",\n  ".join(json.dumps(e) for e in doc["traceEvents"])
+        head = {k: v for k, v in doc.items() if k != "traceEvents"}
+        text = json.dumps(head, indent=2)[:-2] + ',\n  "traceEvents": [\n  ' + events + "\n  ]\n}\n"
+        data = text.encode()
+        if path.name.endswith(".gz"):
+            with path.open("wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
+                gz.write(data)
+        else:
+            path.write_bytes(data)
+        return path
+
+
+def _num(x: float) -> float:
+    r = round(x, 3)
+    return int(r) if r == int(r) else r
+
+
+def _shift(ev: JsonDict, base: int) -> JsonDict:
+    out = {k: v for k, v in ev.items() if k != "flow"}
+    out["ts"] = _num(base + float(ev["ts"]))
+    if "dur" in ev:
+        out["dur"] = _num(float(ev["dur"]))
+    return out
+
+
+def _flow(ph: str, corr: int, pid: int, tid: int, ts: float) -> JsonDict:
+    ev: JsonDict = {"ph": ph, "id": corr, "pid": pid, "tid": tid, "ts": ts, "cat": "ac2g", "name": "ac2g"}
+    if ph == "f":
+        ev["bp"] = "e"
+    return ev
+
+
+def _kineto_document(sc: Scenario, m: ScenarioModel) -> JsonDict:
+    """Assemble the document in Kineto's order: host spans, python frames, device/runtime pairs, metadata."""
+    base = sc.base_ts_us
+    host = sorted(
+        (e for e in m.host_events if e["cat"] != "python_function"), key=lambda e: (e["ts"], -e["dur"])
+    )
+    py = sorted(
+        (e for e in m.host_events if e["cat"] == "python_function"), key=lambda e: (e["ts"], -e["dur"])
+    )
+    events = [_shift(e, base) for e in host + py]
+    by_corr: dict[int, list[JsonDict]] = {}
+    for d in m.device_events:
+        by_corr.setdefault(int(d["args"]["correlation"]), []).append(d)
+    for rt in sorted(m.runtime_events, key=lambda e: int(e["args"]["correlation"])):
+        corr = int(rt["args"]["correlation"])
+        for d in by_corr.get(corr, []):
+            events.append(_shift(d, base))
+            events.append(_flow("f", corr, m.device, int(d["tid"]), _num(base + float(d["ts"]))))
+        events.append(_shift(rt, base))
+        if rt["flow"] is not None:
+            events.append(_flow(str(rt["flow"]), corr, m.pid, int(rt["tid"]), _num(base + float(rt["ts"]))))
+    lo, hi = m.extent()
+    start, end = min(lo, 0.0), hi
+    events += _metadata(sc, m, _num(base + start))
+    trace_ts = _num(base + start)
+    events.append(
+        {
+            "ph": "X",
+            "cat": "Trace",
+            "ts": trace_ts,
+            "dur": _num(end - start),
+            "pid": "Spans",
+            "tid": "PyTorch Profiler",
+            "name": "PyTorch Profiler (0)",
+            "args": {"Op count": 0},
+        }
+    )
+    events.append(_meta("process_sort_index", trace_ts, "Spans", 0, {"sort_index": 536870912}))
+    iteration = {"name": "Iteration Start: PyTorch Profiler", "ph": "i", "s": "g", "pid": "Traces"}
+    events.append(iteration | {"tid": "Trace PyTorch Profiler", "ts": trace_ts})
+    events.append(
+        {"name": "Record Window End", "ph": "i", "s": "g", "pid": "", "tid": "", "ts": _num(base + end + 10)}
+    )
+    return {
+        "schemaVersion": 1,
+        "deviceProperties": [_device_properties(m.device, sc.device_name)],
+        "distributedInfo": {"backend": "nccl", "rank": sc.rank, "world_size": sc.world_size},
+        "cupti_version": 22,
+        "cuda_runtime_version": 12040,
+        "cuda_driver_version": 12090,
+        "with_stack": int(any(e["cat"] == "python_function" for e in m.host_events)),
+        "trace_id": _trace_id(sc.name),
+        "displayTimeUnit": "ms",
+        "baseTimeNanoseconds": 1_600_000_000_000_000_000,
+        "traceEvents": events,
+        "traceName": f"{sc.name}.pt.trace.json",
+    }
+
+
+def _trace_id(name: str) -> str:
+    """A stable 32-hex-digit id derived from the scenario name (no randomness)."""
+    acc = 0
+    for ch in name.encode():
+        acc = (acc * 131 + ch) % (1 << 128)
+    return f"{acc:032X}"
+
+
+def _meta(name: str, ts: float, pid: int | str, tid: int, args: JsonDict) -> JsonDict:
+    return {"name": name, "ph": "M", "ts": ts, "pid": pid, "tid": tid, "args": args}
+
+
+def _metadata(sc: Scenario, m: ScenarioModel, ts: float) -> list[JsonDict]:
+    d = m.device
+    out = [
+        _meta("process_name", ts, m.pid, 0, {"name": "python3"}),
+        _meta("process_labels", ts, m.pid, 0, {"labels": "CPU"}),
+        _meta("process_sort_index", ts, m.pid, 0, {"sort_index": m.pid}),
+        _meta("process_name", ts, d, 0, {"name": "python3"}),
+        _meta("process_labels", ts, d, 0, {"labels": f"GPU {d}"}),
+        _meta("process_sort_index", ts, d, 0, {"sort_index": 5000000 + d}),
+    ]
+    if any(e["tid"] == -1 for e in m.device_events):
+        out.append(_meta("thread_name", ts, d, -1, {"name": f"Device {d}"}))
+        out.append(_meta("thread_sort_index", ts, d, -1, {"sort_index": -1}))
+    for s in sorted(m.streams):
+        out.append(_meta("thread_name", ts, d, s, {"name": f"stream {s} "}))
+        out.append(_meta("thread_sort_index", ts, d, s, {"sort_index": s}))
+    for tid in sorted(m.threads):
+        out.append(_meta("thread_name", ts, m.pid, tid, {"name": f"thread {tid} (python3)"}))
+        out.append(_meta("thread_sort_index", ts, m.pid, tid, {"sort_index": tid}))
+    return out
+
+
+def _device_properties(device: int, name: str) -> JsonDict:
+    return {
+        "id": device,
+        "name": name,
+        "totalGlobalMem": 85018279936,
+        "computeMajor": 9,
+        "computeMinor": 0,
+        "maxThreadsPerBlock": 1024,
+        "maxThreadsPerMultiprocessor": 2048,
+        "regsPerBlock": 65536,
+        "warpSize": 32,
+        "sharedMemPerBlock": 49152,
+        "numSms": 132,
+        "regsPerMultiprocessor": 65536,
+        "sharedMemPerBlockOptin": 232448,
+        "sharedMemPerMultiprocessor": 233472,
+    }
+
+
+# ----- ground truth as JSON ----------------------------------------------------------------------
+
+
+def ground_truth(sc: Scenario) -> JsonDict:
+    """The simulated answers for ``sc`` in the shape of the analyzer's output (absolute trace-clock µs)."""
+    lo, hi = sc.window
+    busy = sc.device_busy_us
+    cp = sc.critical_path()
+    pipe = sc.pipeline()
+    syncs = sc.syncs
+    gaps = sc.gaps()
+    counts: dict[str, int] = {}
+    for e in sc.to_document()["traceEvents"]:
+        key = f"{e['ph']}:{e.get('cat', '')}"
+        counts[key] = counts.get(key, 0) + 1
+    return {
+        "scenario": sc.name,
+        "window": {
+            "start_us": sc.abs_us(lo),
+            "end_us": sc.abs_us(hi),
+            "dur_us": _num(hi - lo),
+            "basis": "steps",
+        },
+        "makespan_us": _num(sc.makespan_us),
+        "wall_us": _num(sc.wall_us),
+        "device": {
+            "busy_us": _num(busy),
+            "idle_us": _num(sc.window_us - busy),
+            "utilization": round(busy / sc.window_us, 4) if sc.window_us else 0.0,
+        },
+        "steps": [
+            {
+                "name": st.name,
+                "start_us": sc.abs_us(st.start_us),
+                "dur_us": _num(st.dur_us),
+                "device_busy_us": _num(sc.step_busy_us(st)),
+                "device_idle_us": _num(st.dur_us - sc.step_busy_us(st)),
+                "host_sync_wait_us": _num(st.host_sync_wait_us),
+                "host_prep_us": _num(st.host_prep_us),
+                "launched_device_us": _num(st.launched_device_us),
+            }
+            for st in sc.steps
+        ],
+        "sync_count": len(syncs),
+        "avoidable_sync_count": sum(s.avoidable for s in syncs),
+        "host_sync_wait_us": _num(sum(s.wait_us for s in syncs if _inside(s, lo, hi))),
+        "syncs": [_sync_json(sc, s, gaps) for s in syncs],
+        "gaps": [
+            {
+                "start_us": sc.abs_us(g.start_us),
+                "end_us": sc.abs_us(g.end_us),
+                "dur_us": _num(g.end_us - g.start_us),
+                "cause": g.cause,
+                "sync_index": g.sync_index,
+            }
+            for g in gaps
+        ],
+        "critical_path": {
+            "length_us": _num(cp.length_us),
+            "breakdown_us": {k: _num(v) for k, v in cp.breakdown_us.items()},
+            "bottleneck": max(cp.breakdown_us, key=lambda k: cp.breakdown_us[k]),
+        },
+        "pipeline": None
+        if pipe is None
+        else {
+            "host_prep_us": _num(pipe.host_prep_us),
+            "device_us": _num(pipe.device_us),
+            "batches": pipe.batches,
+            "serial_us": _num(pipe.serial_us),
+            "pipelined_us": _num(pipe.pipelined_us),
+            "bottleneck": pipe.bottleneck,
+        },
+        "event_counts": dict(sorted(counts.items())),
+    }
+
+
+def _inside(s: SyncTruth, lo: float, hi: float) -> bool:
+    return lo <= s.start_us < hi
+
+
+def _sync_json(sc: Scenario, s: SyncTruth, gaps: list[Gap]) -> JsonDict:
+    return {
+        "index": s.index,
+        "kind": s.kind.value,
+        "api": s.api,
+        "op": s.op,
+        "start_us": sc.abs_us(s.start_us),
+        "wait_us": _num(s.wait_us),
+        "blocked_us": _num(s.blocked_us),
+        "bubble_us": _num(sum(g.end_us - g.start_us for g in gaps if g.sync_index == s.index)),
+        "calls": [
+            {"api": c.api, "correlation": c.correlation, "dur_us": _num(c.end_us - c.start_us)}
+            for c in s.calls
+        ],
+        "avoidable": s.avoidable,
+        "reason": list(s.reasons),
+        "call_site": None if s.call_site is None else {**vars(s.call_site)},
+    }
+
+
+#: What-if scenarios (DESIGN.md section 4) as re-simulation knobs.
+WHATIFS: dict[str, WhatIf] = {
+    "no_avoidable_syncs": WhatIf(drop_waits=DropWaits.AVOIDABLE),
+    "no_syncs": WhatIf(drop_waits=DropWaits.ALL),
+    "device_2x": WhatIf(device_scale=0.5),
+    "host_2x": WhatIf(host_scale=0.5),
+    "input_overlapped": WhatIf(input_scale=0.0),
+}
+
+
+def whatif_table(build: Callable[[WhatIf], Scenario]) -> list[JsonDict]:
+    """Re-run a scenario script under each what-if and report its wall time (``Scenario.wall_us``)."""
+    base = build(WhatIf()).wall_us
+    out = []
+    for name, knobs in WHATIFS.items():
+        wall = build(knobs).wall_us
+        out.append({"scenario": name, "predicted_wall_us": _num(wall), "saving_us": _num(base - wall)})
+    return out
+
+
+# ----- ready-made scenarios ----------------------------------------------------------------------
+
+GEMM = (
+    "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_kernel__5x_cublas"
+)
+ADD = (
+    "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
+    "std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul>)"
+)
+ITEM_FRAME = "<built-in method item of Tensor object at 0x7f3a2c1b5e40>"
+
+
+def worked_example(
+    prep_ms: float = 2.0,
+    gpu_ms: float = 6.0,
+    batches: int = 3,
+    *,
+    pipelined: bool,
+    kernels_per_batch: int = 2,
+    whatif: WhatIf | None = None,
+) -> Scenario:
+    """DESIGN.md's two-stage example: host prep P ("prep" annotation), then kernels totalling G.
+
+    Serial: every batch ends in ``torch.cuda.synchronize()`` (avoidable: blanket, repeated), so the run takes
+    about n(P+G). Pipelined: no sync in the loop, one final synchronize in the last step, so the host preps
+    batch i+1 while the device runs batch i: about P + G + (n-1)max(P, G). One ProfilerStep per batch.
+    """
+    kind = "pipelined" if pipelined else "serial"
+    bound = "_hostbound" if prep_ms > gpu_ms else ""
+    sc = Scenario(f"worked_example_{kind}{bound}", whatif=whatif)
+    with sc.py_frame("worked_example.py", 1, "<module>"), sc.py_frame("worked_example.py", 20, "run"):
+        for b in range(batches):
+            with sc.step(), sc.py_frame("worked_example.py", 8, "train_step"):
+                sc.host("prep", prep_ms * 1000, cat="user_annotation")
+                for _ in range(kernels_per_batch):
+                    with sc.op("aten::mm"):
+                        sc.launch(GEMM, gpu_ms * 1000 / kernels_per_batch)
+                if not pipelined:
+                    sc.synchronize(avoidable=True, reasons=("blanket", "repeated"))
+                elif b == batches - 1:
+                    sc.synchronize()
+    return sc
+
+
+def launch_bound_loop(
+    steps: int = 4,
+    kernels_per_step: int = 40,
+    kernel_us: float = 3.0,
+    op_self_us: float = 25.0,
+    *,
+    whatif: WhatIf | None = None,
+) -> Scenario:
+    """Many tiny kernels, each behind an ``aten::add`` whose host time (``op_self_us`` + launch + op
+    overhead, 32 µs by default) far exceeds the kernel's: the device idles between kernels; host-bound.
+    One final sync."""
+    sc = Scenario("launch_bound", whatif=whatif)
+    with sc.py_frame("launch_bound.py", 1, "<module>"):
+        for i in range(steps):
+            with sc.step(), sc.py_frame("launch_bound.py", 5, "step_fn"):
+                for _ in range(kernels_per_step):
+                    with sc.op("aten::add", self_us=op_self_us):
+                        sc.launch(ADD, kernel_us)
+                if i == steps - 1:
+                    sc.synchronize()
+    return sc
+
+
+def item_in_loop(
+    steps: int = 4,
+    fwd_us: float = 400.0,
+    bwd_us: float = 800.0,
+    log_us: float = 200.0,
+    *,
+    whatif: WhatIf | None = None,
+) -> Scenario:
+    """A training loop calling ``loss.item()`` every step inside ``train.py(42): train_step``.
+
+    Each step: 3 forward kernels (``fwd_us`` each), ``loss.item()`` (scalar_read sync, avoidable: repeated;
+    call site train.py:42 train_step), ``log_us`` of host logging, 3 backward kernels (``bwd_us`` each).
+    The last step ends with ``torch.cuda.synchronize()`` (not avoidable).
+    """
+    sc = Scenario("item_in_loop", whatif=whatif)
+    with sc.py_frame("train.py", 10, "main"):
+        for i in range(steps):
+            with sc.step(), sc.py_frame("train.py", 42, "train_step"):
+                with sc.py_frame("torch/nn/modules/module.py", 1743, "_call_impl"):
+                    for _ in range(3):
+                        with sc.op("aten::linear", self_us=150), sc.op("aten::addmm"):
+                            sc.launch(GEMM, fwd_us)
+                with sc.py_call(ITEM_FRAME):
+                    sc.item(avoidable=True, reasons=("repeated",))
+                sc.host("log_metrics", log_us, cat="user_annotation")
+                for _ in range(3):
+                    with (
+                        sc.op("autograd::engine::evaluate_function: AddmmBackward0", self_us=150),
+                        sc.op("aten::mm"),
+                    ):
+                        sc.launch(GEMM, bwd_us)
+                if i == steps - 1:
+                    sc.synchronize()
+    return sc
+
+
+def pageable_copy_loop(
+    steps: int = 4, copy_us: float = 250.0, kernel_us: float = 500.0, *, whatif: WhatIf | None = None
+) -> Scenario:
+    """``x.to("cuda", non_blocking=True)`` from pageable memory at the top of every step.
+
+    The copy waits behind the previous step's kernels on the same stream and the call blocks until it ends:
+    a sync in disguise (pageable_copy, avoidable: pageable_copy, repeated). Then 3 kernels of ``kernel_us``.
+    """
+    sc = Scenario("pageable_copy_loop", whatif=whatif)
+    with sc.py_frame("train.py", 10, "main"):
+        for i in range(steps):
+            with sc.step(), sc.py_frame("train.py", 30, "train_step"):
+                sc.to_device(
+                    4 << 20,
+                    copy_us,
+                    pinned=False,
+                    non_blocking=True,
+                    avoidable=True,
+                    reasons=("pageable_copy", "repeated"),
+                )
+                for _ in range(3):
+                    with sc.op("aten::conv2d", self_us=100):
+                        sc.launch(GEMM, kernel_us)
+                if i == steps - 1:
+                    sc.synchronize()
+    return sc
+
+
+def input_bound(
+    steps: int = 4,
+    load_us: float = 3000.0,
+    copy_us: float = 100.0,
+    kernel_us: float = 300.0,
+    *,
+    whatif: WhatIf | None = None,
+) -> Scenario:
+    """Slow single-process data loading every step while the device waits; pinned non_blocking HtoD, then 3
+    kernels. No sync in the loop, one final synchronize. Input-bound."""
+    sc = Scenario("input_bound", whatif=whatif)
+    with sc.py_frame("train.py", 10, "main"):
+        for i in range(steps):
+            with sc.step():
+                with sc.py_frame("torch/utils/data/dataloader.py", 626, "__next__"):
+                    sc.data_loading(load_us)
+                with sc.py_frame("train.py", 30, "train_step"):
+                    sc.to_device(8 << 20, copy_us, pinned=True, non_blocking=True)
+                    for _ in range(3):
+                        with sc.op("aten::linear", self_us=10):
+                            sc.launch(GEMM, kernel_us)
+                    if i == steps - 1:
+                        sc.synchronize()
+    return sc
+
+
+def multistream_overlap(
+    steps: int = 4, copy_us: float = 400.0, kernel_us: float = 300.0, *, whatif: WhatIf | None = None
+) -> Scenario:
+    """Compute on stream 7, prefetch copies on stream 20: batch i+1's HtoD overlaps batch i's kernels.
+
+    Step i: ``stream 7 waits on event(copy i)`` (cudaStreamWaitEvent), 3 kernels on 7, then copy i+1 on 20 and
+    record its event. The last step records an event on 7 and waits for it (cudaEventSynchronize, not
+    avoidable). Copy 0 is issued in step 0 before its wait.
+    """
+    sc = Scenario("multistream_overlap", whatif=whatif)
+    copy_stream, compute = 20, 7
+    with sc.py_frame("train.py", 10, "main"):
+        for i in range(steps):
+            with sc.step(), sc.py_frame("train.py", 30, "train_step"):
+                if i == 0:
+                    with sc.op("aten::copy_"):
+                        sc.memcpy("HtoD", 8 << 20, copy_us, pinned=True, stream=copy_stream)
+                    ready = sc.event_record(copy_stream)
+                sc.stream_wait_event(compute, ready)
+                for _ in range(3):
+                    with sc.op("aten::linear", self_us=10):
+                        sc.launch(GEMM, kernel_us, stream=compute)
+                if i + 1 < steps:
+                    with sc.op("aten::copy_"):
+                        sc.memcpy("HtoD", 8 << 20, copy_us, pinned=True, stream=copy_stream)
+                    ready = sc.event_record(copy_stream)
+                else:
+                    sc.event_synchronize(sc.event_record(compute))
+    return sc
+
+
+def clean_pipeline(
+    steps: int = 5,
+    kernels: int = 5,
+    kernel_us: float = 300.0,
+    op_self_us: float = 40.0,
+    *,
+    whatif: WhatIf | None = None,
+) -> Scenario:
+    """A well-pipelined loop: the host queues each step's kernels well ahead of the device, no syncs in the
+    loop, one final synchronize in the last step. Device-bound; zero avoidable syncs."""
+    sc = Scenario("clean_pipeline", whatif=whatif)
+    with sc.py_frame("train.py", 10, "main"):
+        for i in range(steps):
+            with sc.step(), sc.py_frame("train.py", 30, "train_step"):
+                for _ in range(kernels):
+                    with sc.op("aten::linear", self_us=op_self_us):
+                        sc.launch(GEMM, kernel_us)
+                if i == steps - 1:
+                    sc.synchronize()
+    return sc
