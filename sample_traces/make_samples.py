@@ -18,7 +18,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from collector import scenario as sc  # noqa: E402
+from collector import scenarios as sc  # noqa: E402
 
 Build = Callable[[sc.WhatIf], sc.Scenario]
 

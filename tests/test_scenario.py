@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from collector import scenario as sc
+from collector import scenarios as sc
 from collector.scenario import Costs, Scenario, SyncKind, WhatIf
 
 BASE = 1_700_000_000_000
