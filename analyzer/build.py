@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from itertools import compress
+from itertools import compress, repeat
 from operator import attrgetter
 from typing import Any
 
@@ -41,9 +41,8 @@ from analyzer.names import (
 )
 from analyzer.raw import EMPTY_ARGS, Batch, Document, RawArgs, RawEvent, paused_gc
 
-_TIMED_PHASES = frozenset({"X", "i", "I"})
-_FLOW_PHASES = frozenset({"s", "f", "t"})
-_KNOWN_PHASES = _TIMED_PHASES | _FLOW_PHASES | {"M"}
+# event phases as small codes: 0 unknown, 1 complete ("X"), 2 instant, 3 flow, 4 metadata
+_PHASE = {"X": 1, "i": 2, "I": 2, "s": 3, "f": 3, "t": 3, "M": 4}
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 
 
@@ -108,11 +107,10 @@ def _build(doc: Document, path: str, fmt: str, progress: Callable[[str], None]) 
     if not keep.any():
         raise TraceError(path, "no events with a usable timestamp")
     if not keep.all():
-        cols = {k: v[keep] for k, v in cols.items()}
+        _select(cols, keep)
     unknown_categories = _unknown_categories(cols, acc.strings)
     unpaired = _apply_launch_flows(cols, acc.flows())
-    order = np.lexsort((-cols["dur"], cols["ts"]))
-    cols = {k: v[order] for k, v in cols.items()}
+    _select(cols, np.lexsort((-cols["dur"], cols["ts"])))
     lanes = _assign_lanes(cols, acc.meta, acc.raw.values())
     table = resolve_links(cols)
     string_table = tuple(str(s) for s in acc.strings.values())
@@ -138,6 +136,12 @@ def _build(doc: Document, path: str, fmt: str, progress: Callable[[str], None]) 
             unlinked_device_events=unlinked,
         ),
     )
+
+
+def _select(cols: dict[str, Any], index: npt.NDArray[Any]) -> None:
+    """Apply a mask or permutation to every column in place, one column at a time (bounded peak memory)."""
+    for name in list(cols):
+        cols[name] = cols[name][index]
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -189,17 +193,17 @@ class _Accumulator:
         events = batch.events
         if not events:
             return
-        phase = np.array(_take(events, "ph"))
-        is_timed = np.isin(phase, list(_TIMED_PHASES))
-        unknown = ~np.isin(phase, list(_KNOWN_PHASES))
-        if unknown.any():
-            self.unknown_phases.update(phase[unknown].tolist())
-        self.meta.extend(compress(events, (phase == "M").tolist()))
-        self._add_flows(list(compress(events, np.isin(phase, list(_FLOW_PHASES)).tolist())))
+        phases = _take(events, "ph")
+        phase = np.fromiter(map(_PHASE.get, phases, repeat(0)), dtype=np.int8, count=len(phases))
+        if not phase.all():
+            self.unknown_phases.update(p for p, c in zip(phases, phase.tolist(), strict=True) if not c)
+        self.meta.extend(compress(events, (phase == 4).tolist()))
+        self._add_flows(list(compress(events, (phase == 3).tolist())))
+        is_timed = (phase == 1) | (phase == 2)
         timed = list(compress(events, is_timed.tolist()))
         self.timed_seen += len(timed)
         if timed:
-            self._add_timed(timed, phase[is_timed] != "X")
+            self._add_timed(timed, phase[is_timed] == 2)
 
     def _add_timed(self, timed: list[RawEvent], instant: Mask) -> None:
         columns: dict[str, npt.NDArray[Any]] = {
@@ -262,8 +266,9 @@ class _Accumulator:
 
     def columns(self) -> tuple[dict[str, Any], Mask]:
         """Concatenate the batches, classify events and say which ones are usable (skipping is counted)."""
-        cols: dict[str, Any] = {k: np.concatenate(v) for k, v in self.parts.items()}
-        self.parts.clear()
+        cols: dict[str, Any] = {}
+        for name in list(self.parts):  # one column at a time: the parts go as the column is made
+            cols[name] = np.concatenate(self.parts.pop(name))
         ts, dur, instant = cols["ts"], cols["dur"], cols.pop("instant")
         dur[instant & np.isnan(dur)] = 0.0
         bad_ts = ~np.isfinite(ts)

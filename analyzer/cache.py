@@ -83,8 +83,9 @@ def store(key: str, model: TraceModel) -> None:
         return
     try:
         columns = model.events.columns()
-        pq.write_table(pa.table(columns), tmp / "events.parquet", compression="lz4")
+        pq.write_table(pa.table(columns), tmp / "events.parquet", compression="lz4", use_dictionary=False)
         (tmp / "model.json").write_text(json.dumps(_meta_of(model)))
+        shutil.rmtree(root / key, ignore_errors=True)  # an unreadable entry: rename cannot replace it
         os.replace(tmp, root / key)
     except OSError:
         shutil.rmtree(tmp, ignore_errors=True)

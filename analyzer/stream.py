@@ -19,13 +19,14 @@ from typing import Any
 
 import msgspec
 
+from analyzer.raw import BATCH_BYTES, Batch, Document, RawEvent, top_level
+
 _inflate_lib: ModuleType
 try:  # Intel ISA-L inflates gzip about twice as fast as zlib; optional, same API
     from isal import isal_zlib as _inflate_lib  # type: ignore[import-not-found, unused-ignore]
 except ImportError:  # pragma: no cover - platform without isal wheels
     _inflate_lib = zlib
 
-from analyzer.raw import BATCH_BYTES, Batch, Document, RawEvent, top_level
 
 _BLOCK = 8 << 20
 _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
