@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""Set up and run stallscope's developer tasks with nothing but Python 3.10+ and pip.
+
+    python3 dev.py demo    set up .venv, then analyse a bundled sample trace and print the verdict
+    python3 dev.py test    set up .venv, then lint (ruff, mypy --strict) and run the test suite
+    python3 dev.py lint    lint only
+    python3 dev.py bench   benchmarks/bench_load.py (installs HolisticTraceAnalysis in its own venv)
+
+Setup is idempotent: it reinstalls only when pyproject.toml changed since the last setup.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
+PY = BIN / "python"
+STAMP = VENV / ".stallscope-setup"
+TORCH = "torch==2.13.0"  # the CPU wheel for development and CI; users bring their own (CUDA) torch
+DEMO_TRACE = ROOT / "sample_traces" / "worked_example_serial.pt.trace.json.gz"
+
+
+def run(*cmd: str | Path) -> None:
+    print("+", " ".join(str(c) for c in cmd), flush=True)
+    subprocess.run([str(c) for c in cmd], cwd=ROOT, check=True)
+
+
+def setup() -> None:
+    want = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    if STAMP.exists() and STAMP.read_text() == want and PY.exists():
+        return
+    if not PY.exists():
+        print(f"+ creating {VENV}", flush=True)
+        venv.create(VENV, with_pip=True)
+    run(PY, "-m", "pip", "install", "--quiet", "--upgrade", "pip")
+    run(PY, "-m", "pip", "install", "--quiet", TORCH)
+    run(PY, "-m", "pip", "install", "--quiet", "-e", ".[dev]")
+    STAMP.write_text(want)
+
+
+def lint() -> None:
+    run(PY, "-m", "ruff", "check", ".")
+    run(PY, "-m", "ruff", "format", "--check", ".")
+    run(PY, "-m", "mypy")
+
+
+def main(argv: list[str]) -> int:
+    task = argv[0] if argv else "help"
+    try:
+        if task == "demo":
+            setup()
+            run(BIN / "stallscope", "analyze", DEMO_TRACE.relative_to(ROOT))
+        elif task == "test":
+            setup()
+            lint()
+            run(PY, "-m", "pytest", "-q", *argv[1:])
+        elif task == "lint":
+            setup()
+            lint()
+        elif task == "bench":
+            setup()
+            run(PY, "benchmarks/bench_load.py", *argv[1:])
+        elif task == "setup":
+            setup()
+        else:
+            print(__doc__)
+            return 0 if task in ("help", "-h", "--help") else 2
+    except subprocess.CalledProcessError as exc:
+        return exc.returncode or 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
