@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""Load benchmark: stallscope's cold and warm trace load against Holistic Trace Analysis, same file, one run.
+
+A real trace from ../shared/traces is tiled end to end (../shared/tools/tile_trace.py) to at least
+--events events. Each measurement runs in a fresh child process that reports wall time of the load call
+(imports excluded, reported apart) and the process's peak RSS:
+
+  stallscope cold    empty cache: parse, build the model, write the Parquet cache (a first `analyze`)
+  stallscope parse   the same without touching the cache (`--no-cache`)
+  stallscope warm    second open of the same file: served from the cache
+  HTA                hta.trace_analysis.TraceAnalysis(trace_dir=...) on the same file, in its own venv
+                     (benchmarks/_work/hta-venv, PyPI HolisticTraceAnalysis; installed on first use)
+
+usage: python3 dev.py bench [--events N] [--source TRACE] [--repeat K] [--write-results]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import venv
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+WORK = HERE / "_work"
+SHARED = ROOT.parent / "shared"
+DEFAULT_SOURCE = SHARED / "traces" / "hta_v100_ns_resolution_rank0.pt.trace.json.gz"
+HTA_VENV = WORK / "hta-venv"
+HTA_PACKAGE = "HolisticTraceAnalysis"
+
+CHILD_OURS = r"""
+import json, resource, sys, time
+from pathlib import Path
+t0 = time.perf_counter()
+from analyzer.loader import load_file
+t1 = time.perf_counter()
+model = load_file(Path(sys.argv[1]), use_cache=sys.argv[2] == "cache")
+t2 = time.perf_counter()
+print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "events": len(model.events),
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+CHILD_HTA = r"""
+import json, logging, resource, sys, time
+logging.disable(logging.CRITICAL)
+t0 = time.perf_counter()
+from hta.trace_analysis import TraceAnalysis
+t1 = time.perf_counter()
+analysis = TraceAnalysis(trace_dir=sys.argv[1])
+t2 = time.perf_counter()
+df = analysis.t.get_trace(0)
+print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "events": int(len(df)),
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def tiled_trace(source: Path, events: int) -> Path:
+    out = WORK / f"tiled-{source.name.split('.')[0]}-{events}.pt.trace.json.gz"
+    if not out.exists():
+        tool = SHARED / "tools" / "tile_trace.py"
+        print(f"tiling {source.name} to >= {events:,} events ...", flush=True)
+        subprocess.run([sys.executable, str(tool), str(source), str(out), "--events", str(events)], check=True)
+    return out
+
+
+def hta_python() -> Path:
+    py = HTA_VENV / "bin" / "python"
+    if not py.exists():
+        print(f"installing {HTA_PACKAGE} into {HTA_VENV} (once) ...", flush=True)
+        venv.create(HTA_VENV, with_pip=True)
+        subprocess.run([str(py), "-m", "pip", "install", "--quiet", HTA_PACKAGE], check=True)
+    return py
+
+
+def child(python: Path | str, code: str, *args: str, env: dict[str, str] | None = None) -> dict[str, float]:
+    done = subprocess.run(
+        [str(python), "-c", code, *args], capture_output=True, text=True, env=env, cwd=ROOT, check=False
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"benchmark child failed:\n{done.stderr[-3000:]}")
+    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def hta_version(py: Path) -> str:
+    done = subprocess.run(
+        [str(py), "-m", "pip", "show", HTA_PACKAGE], capture_output=True, text=True, check=False
+    )
+    return next((ln.split(":", 1)[1].strip() for ln in done.stdout.splitlines() if ln.startswith("Version")), "?")
+
+
+def best(runs: list[dict[str, float]]) -> dict[str, float]:
+    return min(runs, key=lambda r: r["load_s"])
+
+
+def measure(trace: Path, repeat: int, skip_hta: bool) -> dict[str, dict[str, float]]:
+    rows: dict[str, list[dict[str, float]]] = {"stallscope cold": [], "stallscope parse": [], "stallscope warm": []}
+    for _ in range(repeat):
+        cache = tempfile.mkdtemp(prefix="stallscope-bench-cache-")
+        env = {**os.environ, "XDG_CACHE_HOME": cache}
+        try:
+            rows["stallscope cold"].append(child(sys.executable, CHILD_OURS, str(trace), "cache", env=env))
+            rows["stallscope warm"].append(child(sys.executable, CHILD_OURS, str(trace), "cache", env=env))
+            rows["stallscope parse"].append(child(sys.executable, CHILD_OURS, str(trace), "nocache", env=env))
+        finally:
+            shutil.rmtree(cache, ignore_errors=True)
+    out = {name: best(r) for name, r in rows.items()}
+    if not skip_hta:
+        py = hta_python()
+        hta_dir = WORK / "hta-input"
+        shutil.rmtree(hta_dir, ignore_errors=True)
+        hta_dir.mkdir(parents=True)
+        os.symlink(trace, hta_dir / "rank-0.pt.trace.json.gz")
+        out["HTA TraceAnalysis"] = best([child(py, CHILD_HTA, str(hta_dir)) for _ in range(repeat)])
+        out["HTA TraceAnalysis"]["version"] = hta_version(py)  # type: ignore[assignment]
+    return out
+
+
+def table(results: dict[str, dict[str, float]], trace: Path) -> str:
+    hta = results.get("HTA TraceAnalysis")
+    lines = [
+        f"trace: {trace.name} ({trace.stat().st_size / 1e6:.1f} MB gzip, "
+        f"{int(results['stallscope parse']['events']):,} events kept by stallscope"
+        + (f", {int(hta['events']):,} rows in HTA's frame" if hta else "")
+        + ")",
+        "",
+        "| load | wall s | peak RSS MB | HTA time / ours | ours RSS / HTA's |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, r in results.items():
+        speed = f"{hta['load_s'] / r['load_s']:.1f}x" if hta else "-"
+        mem = f"{r['peak_rss_mb'] / hta['peak_rss_mb']:.2f}" if hta else "-"
+        lines.append(f"| {name} | {r['load_s']:.2f} | {r['peak_rss_mb']:.0f} | {speed} | {mem} |")
+    lines.append("")
+    lines.append(
+        "imports (not in the times above): "
+        + ", ".join(f"{n} {r['import_s']:.2f} s" for n, r in results.items() if n != "stallscope warm")
+    )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--source", type=Path, default=DEFAULT_SOURCE)
+    p.add_argument("--events", type=int, default=1_000_000)
+    p.add_argument("--repeat", type=int, default=1, help="runs per measurement; the fastest is kept")
+    p.add_argument("--skip-hta", action="store_true", help="measure stallscope only")
+    p.add_argument("--write-results", action="store_true", help="append the table to benchmarks/RESULTS.md")
+    a = p.parse_args()
+    if not a.source.exists():
+        print(f"bench_load: {a.source}: not found (the benchmark needs ../shared/traces)", file=sys.stderr)
+        return 2
+    WORK.mkdir(exist_ok=True)
+    trace = tiled_trace(a.source, a.events)
+    results = measure(trace, a.repeat, a.skip_hta)
+    text = table(results, trace)
+    print(text)
+    if a.write_results:
+        machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+        hta = results.get("HTA TraceAnalysis", {})
+        with (HERE / "RESULTS.md").open("a") as f:
+            f.write(f"\n## bench_load.py --events {a.events} --repeat {a.repeat} ({machine}")
+            f.write(f", HTA {hta.get('version', '-')})\n\n{text}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
