@@ -51,17 +51,27 @@ def render(a: Analysis) -> str:
 
 
 def _steps(a: Analysis) -> list[str]:
+    """Every step when there are few; otherwise the distribution and the slowest steps."""
     if not a.steps:
         return []
     rows = ["  steps     name                 wall        device busy   device idle   sync wait"]
-    shown = a.steps if len(a.steps) <= _MAX_STEP_ROWS else a.steps[: _MAX_STEP_ROWS - 1]
+    shown = list(a.steps)
+    if len(a.steps) > _MAX_STEP_ROWS:
+        shown = sorted(a.steps, key=lambda s: -s.dur_us)[:3]
     for s in shown:
         rows.append(
             f"            {s.name[:20]:<20} {ms(s.dur_us):>11} {ms(s.device_busy_us):>13} "
             f"{ms(s.device_idle_us):>13} {ms(s.host_sync_wait_us):>11}"
         )
     if len(shown) < len(a.steps):
-        rows.append(f"            ... {len(a.steps) - len(shown)} more steps (all of them in --json)")
+        walls = sorted(s.dur_us for s in a.steps)
+        median = walls[len(walls) // 2]
+        rows.insert(
+            1,
+            f"            {len(a.steps)} steps: wall median {ms(median)}, min {ms(walls[0])}, "
+            f"max {ms(walls[-1])}; the 3 slowest:",
+        )
+        rows.append("            (every step is in --json)")
     return rows
 
 
