@@ -102,6 +102,10 @@ class EventTable:
     op: I64  # host API call -> the innermost cpu_op it ran under
     py_parent: I64  # python frame -> its parent frame (Python parent id)
 
+    def __post_init__(self) -> None:
+        for f in fields(self):  # the model is shared by every pass: no pass may change it in place
+            getattr(self, f.name).setflags(write=False)
+
     def __len__(self) -> int:
         return len(self.ts)
 
