@@ -44,6 +44,7 @@ from analyzer.raw import EMPTY_ARGS, Batch, Document, RawArgs, RawEvent, paused_
 # event phases as small codes: 0 unknown, 1 complete ("X"), 2 instant, 3 flow, 4 metadata
 _PHASE = {"X": 1, "i": 2, "I": 2, "s": 3, "f": 3, "t": 3, "M": 4}
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
+_MAX_US = 2.0**62  # about 146,000 years: times beyond it could overflow float64 when subtracted
 
 
 class _Interner:
@@ -274,10 +275,12 @@ class _Accumulator:
         bad_ts = ~np.isfinite(ts)
         bad_dur = ~bad_ts & ~np.isfinite(dur)
         negative = ~bad_ts & ~bad_dur & (dur < 0)
+        out_of_range = ~bad_ts & ~bad_dur & ~negative & ((np.abs(ts) >= _MAX_US) | (dur >= _MAX_US - ts))
         for reason, mask in (
             ("timestamp missing or not a number", bad_ts),
             ("duration missing or not a number", bad_dur),
             ("negative duration", negative),
+            ("time out of range", out_of_range),
         ):
             if mask.any():
                 self.skipped[reason] += int(np.count_nonzero(mask))
@@ -290,7 +293,7 @@ class _Accumulator:
         cols["api"] = np.where(is_api, api_of[cols["name"]], ApiKind.NONE).astype(np.int8)
         cols["name"] = cols["name"].astype(np.int32)
         cols["cat"] = cols["cat"].astype(np.int32)
-        return cols, ~(bad_ts | bad_dur | negative)
+        return cols, ~(bad_ts | bad_dur | negative | out_of_range)
 
 
 def _unknown_categories(cols: dict[str, Any], strings: _Interner) -> dict[str, int]:
@@ -329,7 +332,9 @@ def _apply_launch_flows(cols: dict[str, Any], flows: dict[str, npt.NDArray[Any]]
 def _assign_lanes(cols: dict[str, Any], meta: list[RawEvent], raw_values: list[Any]) -> tuple[Lane, ...]:
     """Host events go to their thread (pid, tid); device events to (device, stream)."""
     kind = cols["kind"]
-    numeric = np.array([v if type(v) is int else NO_ID for v in raw_values], dtype=np.int64)
+    numeric = np.array(
+        [v if type(v) is int and _I64_MIN <= v <= _I64_MAX else NO_ID for v in raw_values], dtype=np.int64
+    )
     on_device = np.isin(kind, list(DEVICE_KINDS))
     device = np.where(cols["device"] >= 0, cols["device"], numeric[cols["pid"]])
     stream = np.where(

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from analyzer.model import Device, EventTable, Lane, LaneKind, LoadReport, Step, TraceModel
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # bump whenever the model or the loader changes what it builds
 
 
 def cache_root() -> Path:

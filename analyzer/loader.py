@@ -148,8 +148,8 @@ def _build_streaming(path: Path, fmt: str, say: Progress) -> TraceModel | None:
         with path.open("rb") as f:
             gzipped = f.read(2) == _GZIP_MAGIC
         return build_model(stream_document(blocks(path, gzipped)), str(path), fmt, say)
-    except (NotStreamable, OSError, EOFError, zlib.error):
-        return None
+    except (NotStreamable, OSError, EOFError, zlib.error, ValueError, RecursionError):
+        return None  # ValueError: a decoder's surprise (bad UTF-8, number out of range...)
 
 
 def _hash_file(path: Path) -> str:

@@ -103,6 +103,8 @@ def decode(data: bytes, path: str) -> Document:
             return _decode_lenient(data, path)
         except msgspec.DecodeError as exc:
             raise TraceError(path, _describe_json_error(exc)) from None
+        except (RecursionError, UnicodeDecodeError) as exc:
+            raise TraceError(path, _describe_unusable(exc)) from None
     if doc.traceEvents is None:
         raise TraceError(path, "not a trace: JSON object without a 'traceEvents' list")
     return Document(
@@ -147,20 +149,33 @@ def _describe_json_error(exc: msgspec.DecodeError) -> str:
     return f"invalid JSON ({text})"
 
 
+def _describe_unusable(exc: RecursionError | UnicodeDecodeError) -> str:
+    if isinstance(exc, RecursionError):
+        return "invalid JSON (nested too deeply)"
+    return f"invalid JSON (not UTF-8 text: {exc.reason} at byte {exc.start})"
+
+
 def _batches(raws: list[msgspec.Raw]) -> Iterator[Batch]:
     for start in range(0, len(raws), BATCH):
         chunk = raws[start : start + BATCH]
         buf = b"[" + b",".join(chunk) + b"]"
         try:
             yield Batch(_BATCH_DECODER.decode(buf))
-        except msgspec.ValidationError:
-            yield _convert_each(msgspec.json.decode(buf))
+        except (msgspec.ValidationError, UnicodeDecodeError):
+            yield _convert_each(chunk)  # one by one: a bad event is skipped, not the batch
     raws.clear()  # release the slices (and with them the document's bytes) as soon as possible
 
 
 def _convert_each(items: list[Any]) -> Batch:
+    """Convert decoded items, or undecoded ``Raw`` slices, one by one; skip and count the unusable."""
     batch = Batch([])
     for item in items:
+        if isinstance(item, msgspec.Raw):
+            try:
+                item = msgspec.json.decode(item)
+            except (msgspec.MsgspecError, UnicodeDecodeError) as exc:  # number out of range, bad UTF-8
+                batch.skipped[_undecodable(exc)] += 1
+                continue
         if not isinstance(item, dict):
             batch.skipped["not an event object"] += 1
             continue
@@ -179,9 +194,19 @@ def _wrong_type(message: str) -> str:
     return f"{field}: {wanted} ({got})"
 
 
+def _undecodable(exc: Exception) -> str:
+    """'Number out of range - at `$[...]`' -> 'event: number out of range'."""
+    if isinstance(exc, UnicodeDecodeError):
+        return "event: not UTF-8 text"
+    return "event: " + str(exc).split(" - at ", 1)[0].lower()
+
+
 def _decode_lenient(data: bytes, path: str) -> Document:
     """Slow path for documents whose top level has unexpected types: decode untyped, keep what fits."""
-    doc = msgspec.json.decode(data)
+    try:
+        doc = msgspec.json.decode(data)
+    except (msgspec.MsgspecError, RecursionError, UnicodeDecodeError) as exc:
+        raise TraceError(path, f"unusable JSON ({exc})") from None
     if isinstance(doc, dict):
         items = doc.get("traceEvents")
         if not isinstance(items, list):

@@ -29,6 +29,7 @@ except ImportError:  # pragma: no cover - platform without isal wheels
 
 
 _BLOCK = 8 << 20
+_INFLATE_ERRORS: tuple[type[Exception], ...] = (zlib.error, _inflate_lib.error)  # isal has its own
 _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _CUT = re.compile(rb"\}\s*,\s*\{")
 _BATCH_DECODER = msgspec.json.Decoder(list[RawEvent])
@@ -50,7 +51,11 @@ def blocks(path: Path, gzipped: bool) -> Iterator[bytes]:
                 yield data
                 continue
             while data:
-                yield inflate.decompress(data, _BLOCK)
+                try:
+                    block = inflate.decompress(data, _BLOCK)
+                except _INFLATE_ERRORS as exc:
+                    raise NotStreamable(f"gzip: {exc}") from None
+                yield block
                 data = inflate.unconsumed_tail
                 if inflate.eof and inflate.unused_data:
                     raise NotStreamable("several gzip members")

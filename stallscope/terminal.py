@@ -86,7 +86,9 @@ def _ignored(a: Analysis) -> list[str]:
             "unknown phases " + ", ".join(f"{p!r} x{n}" for p, n in sorted(r.unknown_phases.items()))
         )
     if r.unpaired_flows:
-        parts.append(f"{r.unpaired_flows:,} flow ends with no partner (ignored)")
+        parts.append(
+            f"{r.unpaired_flows:,} launch-flow ends without a partner (ignored: links use correlation ids)"
+        )
     if r.unlinked_device_events:
         parts.append(f"{r.unlinked_device_events:,} device events with no launch call in the trace")
     out = [f"  skipped   {p}" for p in parts]

@@ -1,0 +1,222 @@
+"""``stallscope analyze`` in-process (``main(argv)``) and as a subprocess, on the committed sample traces.
+
+The sample traces are simulated (``collector.scenario``); ``sample_traces/expected.json`` holds their
+ground truth, and window and device busy time are exact there.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _kineto import REPO, SAMPLES
+
+from analyzer import cache
+from analyzer.loader import load
+from stallscope import __version__
+from stallscope.cli import main
+from stallscope.progress import Progress
+
+EXPECTED: dict[str, Any] = json.loads((SAMPLES / "expected.json").read_text())
+SAMPLE = SAMPLES / "item_in_loop.pt.trace.json.gz"
+
+TOP_LEVEL = {
+    "schema",
+    "source",
+    "window",
+    "summary",
+    "devices",
+    "critical_path",
+    "gaps",
+    "syncs",
+    "findings",
+    "steps",
+    "whatif",
+    "pipeline",
+    "per_rank",
+}
+SUMMARY = {
+    "wall_us",
+    "device_busy_us",
+    "device_idle_us",
+    "device_utilization",
+    "host_sync_wait_us",
+    "sync_count",
+    "avoidable_sync_count",
+    "critical_path_us",
+    "bottleneck",
+    "est_saving_us",
+}
+
+
+def strict_json(text: str) -> Any:
+    """Parse JSON, refusing NaN/Infinity (the output contract is plain JSON)."""
+
+    def refuse(name: str) -> Any:
+        raise ValueError(f"non-standard JSON constant {name}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_human_summary(capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN the item_in_loop sample (4 steps, 1 host thread, 1 stream)
+    # WHEN analysed without options
+    assert main(["analyze", str(SAMPLE)]) == 0
+    out, err = capsys.readouterr()
+    # THEN the summary says events, lanes, window, utilization and the steps, and stderr stays quiet
+    events = load(SAMPLE).models[0].event_count
+    assert f"  trace     {events:,} events (json.gz, rank 0)" in out
+    assert "  lanes     1 host thread, 1 device stream" in out
+    assert "  window    16.02 ms  (4 profiled steps)" in out
+    assert "NVIDIA H100 80GB HBM3: busy 14.41 ms, idle 1.61 ms, utilization 89.9%" in out
+    assert "  steps     name" in out
+    assert [line.split()[0] for line in out.splitlines() if "ProfilerStep#" in line] == [
+        f"ProfilerStep#{n}" for n in range(1, 5)
+    ]
+    assert err == ""  # the progress indicator prints nothing for a small, quick file
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_json_output_matches_the_sample_ground_truth(name: str, tmp_path: Path) -> None:
+    # GIVEN a sample trace and its simulated ground truth
+    want = EXPECTED[name]
+    out = tmp_path / "analysis.json"
+    # WHEN analysed with --json
+    assert main(["analyze", str(SAMPLES / name), "--json", str(out), "-q"]) == 0
+    doc = strict_json(out.read_text())
+    # THEN every key of the contract is there
+    assert set(doc) >= TOP_LEVEL
+    assert doc["schema"] == "stallscope.analysis/1"
+    assert set(doc["summary"]) >= SUMMARY
+    # ... the window and the device's busy time are the simulated ones, exactly
+    assert doc["window"] == want["window"]
+    (device,) = doc["devices"]
+    assert device["busy_us"] == want["device"]["busy_us"]
+    assert device["idle_us"] == want["device"]["idle_us"]
+    assert round(device["utilization"], 4) == want["device"]["utilization"]
+    assert doc["summary"]["wall_us"] == want["wall_us"]
+    assert doc["summary"]["device_busy_us"] == want["device"]["busy_us"]
+    # ... and so are the steps
+    fields = ("name", "start_us", "dur_us", "device_busy_us", "device_idle_us")
+    assert [{k: s[k] for k in fields} for s in doc["steps"]] == [
+        {k: s[k] for k in fields} for s in want["steps"]
+    ]
+    # ... the source says what was read
+    src = doc["source"]
+    assert (src["path"], src["format"], src["ranks"]) == (str(SAMPLES / name), "json.gz", [0])
+    assert src["devices"] == [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}]
+    assert src["events"] == sum(v for k, v in want["event_counts"].items() if k[0] == "X" or k[:2] == "i:")
+    assert src["skipped"] == {} and src["unknown_categories"] == {}
+    assert doc["per_rank"] == [{"rank": 0, "summary": doc["summary"]}]
+
+
+def test_json_to_stdout_is_json_only(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["analyze", str(SAMPLE), "--json", "-"]) == 0
+    out, err = capsys.readouterr()
+    doc = strict_json(out)
+    assert doc["window"]["dur_us"] == EXPECTED[SAMPLE.name]["window"]["dur_us"]
+    assert err == ""
+
+
+def test_json_file_and_summary_together(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "a.json"
+    assert main(["analyze", str(SAMPLE), "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "utilization" in text and f"  json      {out}" in text
+    assert strict_json(out.read_text())["schema"] == "stallscope.analysis/1"
+
+
+def test_quiet_prints_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["analyze", str(SAMPLE), "-q"]) == 0
+    assert capsys.readouterr() == ("", "")
+
+
+def test_no_cache_leaves_the_cache_alone(capsys: pytest.CaptureFixture[str]) -> None:
+    # WHEN analysed with --no-cache, nothing is written to the cache
+    assert main(["analyze", str(SAMPLE), "--no-cache", "-q"]) == 0
+    assert not cache.cache_root().exists()
+    # ... and without it, a model entry appears; the output is the same either way
+    assert main(["analyze", str(SAMPLE), "--json", "-"]) == 0
+    first = capsys.readouterr().out
+    assert [p for p in cache.cache_root().iterdir() if p.name != "index"]
+    assert main(["analyze", str(SAMPLE), "--json", "-", "--no-cache"]) == 0
+    assert capsys.readouterr().out == first
+    assert main(["analyze", str(SAMPLE), "--json", "-"]) == 0  # from the cache
+    assert capsys.readouterr().out == first
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"stallscope {__version__}"
+
+
+def test_progress_is_silent_when_quick_and_shows_stages_when_slow() -> None:
+    quick = io.StringIO()
+    p = Progress(stream=quick, delay=5.0)
+    p("reading")
+    p.done()
+    assert quick.getvalue() == ""
+    slow = io.StringIO()
+    p = Progress(stream=slow, delay=0.01)
+    p("reading big.json")
+    deadline = time.monotonic() + 5
+    while "reading" not in slow.getvalue() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    p.done()
+    lines = slow.getvalue().splitlines()
+    assert lines[0].startswith("stallscope: reading big.json... (")
+    assert lines[-1].startswith("stallscope: done in ")
+    disabled = io.StringIO()
+    p = Progress(stream=disabled, delay=0.0, enabled=False)
+    p("reading")
+    time.sleep(0.05)
+    p.done()
+    assert disabled.getvalue() == ""
+
+
+# ----- as a subprocess ----------------------------------------------------------------------------------
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}  # XDG_CACHE_HOME is the test's isolated one
+    return subprocess.run(
+        [sys.executable, "-m", "stallscope", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_subprocess_analyze_writes_json(tmp_path: Path) -> None:
+    out = tmp_path / "out.json"
+    name = "worked_example_serial.pt.trace.json.gz"
+    proc = run_cli("analyze", str(SAMPLES / name), "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    assert "3 profiled steps" in proc.stdout
+    doc = strict_json(out.read_text())
+    assert doc["window"] == EXPECTED[name]["window"]
+    assert doc["devices"][0]["busy_us"] == EXPECTED[name]["device"]["busy_us"] == 18000
+
+
+def test_subprocess_bad_input_and_version(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"traceEvents": [')
+    proc = run_cli("analyze", str(bad))
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert proc.stderr.splitlines() == [
+        f"stallscope: error: {bad}: truncated JSON (the file ends in the middle of the document)"
+    ]
+    version = run_cli("--version")
+    assert (version.returncode, version.stdout.strip()) == (0, f"stallscope {__version__}")

@@ -1,0 +1,776 @@
+"""The trace loader and trace model on tiny hand-built traces (GIVEN / WHEN / THEN).
+
+Each test writes a small Kineto document, loads it with ``analyzer.loader.load`` and checks computed
+values: event order, lanes, steps, links, the load report. Large-file (streaming) and cache behaviour
+and property tests of the nesting and interval helpers are at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from _kineto import (
+    GPU_NAME,
+    HOST,
+    Event,
+    WriteTrace,
+    document,
+    flow,
+    kernel,
+    launch_pair,
+    span,
+    write_trace_file,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import analyzer.loader
+from analyzer import cache, intervals
+from analyzer.analysis import WindowBasis, analyze_model
+from analyzer.build import build_model
+from analyzer.errors import TraceError
+from analyzer.links import _nest_sorted, nest
+from analyzer.loader import load, load_file
+from analyzer.model import NO_ID, LaneKind, Step, TraceModel
+from analyzer.names import ApiKind, EventKind
+from analyzer.raw import decode
+
+
+def load_one(path: Path, **kwargs: Any) -> TraceModel:
+    traces = load(path, **kwargs)
+    assert len(traces.models) == 1
+    return traces.models[0]
+
+
+def index_of(model: TraceModel, name: str) -> int:
+    """Index of the one event called ``name``."""
+    hits = [i for i in range(model.event_count) if model.name_of(i) == name]
+    assert len(hits) == 1, (name, hits)
+    return hits[0]
+
+
+# ----- a minimal trace --------------------------------------------------------------------------------
+
+
+def minimal_trace() -> dict[str, Any]:
+    """One host thread: ProfilerStep#1 > aten::add > cudaLaunchKernel (corr 5) -> kernel on stream 7."""
+    events: list[Event] = [
+        kernel("add_kernel", 1050, 20, 5, ext=11),  # file order is not time order: the loader sorts
+        flow("f", 5, 1050, pid=0, tid=7),
+        span("cuda_runtime", "cudaLaunchKernel", 1015, 10, correlation=5, External_id=11),
+        flow("s", 5, 1015),
+        span("cpu_op", "aten::add", 1010, 30, External_id=11),
+        span("user_annotation", "ProfilerStep#1", 1000, 100, External_id=1),
+        {"ph": "M", "name": "thread_name", "pid": HOST, "tid": HOST, "args": {"name": "python main"}},
+    ]
+    return document(events, distributedInfo={"rank": 0, "world_size": 1})
+
+
+def test_minimal_trace_lanes_steps_and_links(write_trace: WriteTrace) -> None:
+    # GIVEN a step holding an aten op that launches one kernel (correlation 5, ac2g flows)
+    path = write_trace(minimal_trace())
+    # WHEN it is loaded
+    m = load_one(path)
+    ev = m.events
+    # THEN events are sorted by time, one host lane and one stream lane
+    assert [m.name_of(i) for i in range(len(ev))] == [
+        "ProfilerStep#1",
+        "aten::add",
+        "cudaLaunchKernel",
+        "add_kernel",
+    ]
+    assert ev.ts.tolist() == [1000.0, 1010.0, 1015.0, 1050.0]
+    assert ev.dur.tolist() == [100.0, 30.0, 10.0, 20.0]
+    assert ev.kind.tolist() == [EventKind.ANNOTATION, EventKind.CPU_OP, EventKind.RUNTIME, EventKind.KERNEL]
+    assert ev.api.tolist() == [ApiKind.NONE, ApiKind.NONE, ApiKind.LAUNCH, ApiKind.NONE]
+    (host,) = m.lanes_of(LaneKind.HOST)
+    (stream,) = m.lanes_of(LaneKind.STREAM)
+    assert len(m.lanes) == 2
+    assert (host.pid, host.tid, host.name) == ("100", "100", "python main")
+    assert (stream.device, stream.stream, stream.label) == (0, 7, "GPU 0 stream 7")
+    assert ev.lane.tolist() == [host.id, host.id, host.id, stream.id]
+    # ... the step, with its number and span
+    assert m.steps == (Step("ProfilerStep#1", 1, 1000.0, 1100.0, host.id, 0),)
+    # ... the kernel links to its launch call, the launch call to its op, and host events nest
+    assert ev.launch.tolist() == [NO_ID, NO_ID, NO_ID, 2]
+    assert ev.op.tolist() == [NO_ID, NO_ID, 1, NO_ID]
+    assert ev.parent.tolist() == [NO_ID, 0, 1, NO_ID]
+    assert ev.correlation.tolist() == [NO_ID, NO_ID, 5, 5]
+    assert ev.external_id.tolist() == [1, 11, 11, 11]
+    assert (ev.stream[3], ev.device[3]) == (7, 0)
+    # ... the device is named from deviceProperties, and rank comes from distributedInfo
+    assert [(d.id, d.name) for d in m.devices] == [(0, GPU_NAME)]
+    assert (m.rank, m.world_size, m.format) == (0, 1, "json")
+    assert m.report.skipped == {} and m.report.unpaired_flows == 0
+    assert m.report.unlinked_device_events == 0
+    # ... and the analysis sees the step window and the kernel as the device's only busy time
+    a = analyze_model(m)
+    assert (a.window.start_us, a.window.end_us, a.window.basis) == (1000.0, 1100.0, WindowBasis.STEPS)
+    (dev,) = a.devices
+    assert (dev.busy_us, dev.idle_us, dev.utilization, dev.activities) == (20.0, 80.0, 0.2, 1)
+
+
+def test_gzip_and_plain_json_give_the_same_model(write_trace: WriteTrace) -> None:
+    # GIVEN the same document as .json and .json.gz
+    plain = load_one(write_trace(minimal_trace(), "t.json"))
+    gz = load_one(write_trace(minimal_trace(), "t.json.gz"))
+    # THEN only the format differs
+    assert (plain.format, gz.format) == ("json", "json.gz")
+    assert_same_events(plain, gz)
+
+
+# ----- older and other spellings ------------------------------------------------------------------------
+
+
+def test_legacy_categories_and_flows_without_correlation(write_trace: WriteTrace) -> None:
+    # GIVEN an old trace: Operator / Runtime / Kernel / Memcpy categories, async_cpu_to_gpu flows, and no
+    # args.correlation anywhere (the flows are the only link); the kernel has no args at all
+    events = [
+        span("Operator", "aten::copy_", 0, 50),
+        span("Runtime", "cudaLaunchKernel", 5, 5),
+        span("Runtime", "cudaMemcpyAsync", 20, 5),
+        {"ph": "X", "cat": "Kernel", "name": "old_kernel", "pid": 0, "tid": 7, "ts": 30, "dur": 10},
+        span("Memcpy", "Memcpy HtoD (Pinned -> Device)", 45, 5, pid=0, tid=7, device=0, stream=7),
+        flow("s", 1, 5, cat="async_cpu_to_gpu"),
+        flow("f", 1, 30, pid=0, tid=7, cat="async_cpu_to_gpu"),
+        flow("s", 2, 20, cat="async_cpu_to_gpu"),
+        flow("f", 2, 45, pid=0, tid=7, cat="async_cpu_to_gpu"),
+    ]
+    # WHEN loaded
+    m = load_one(write_trace(document(events)))
+    ev = m.events
+    op, launch, copy = (index_of(m, n) for n in ("aten::copy_", "cudaLaunchKernel", "cudaMemcpyAsync"))
+    k, mc = index_of(m, "old_kernel"), index_of(m, "Memcpy HtoD (Pinned -> Device)")
+    # THEN kinds follow the legacy spellings
+    assert ev.kind[[op, launch, copy, k, mc]].tolist() == [
+        EventKind.CPU_OP,
+        EventKind.RUNTIME,
+        EventKind.RUNTIME,
+        EventKind.KERNEL,
+        EventKind.MEMCPY,
+    ]
+    assert ev.api[[launch, copy]].tolist() == [ApiKind.LAUNCH, ApiKind.MEMCPY]
+    # ... the flows link each device activity to the call that issued it
+    assert (ev.launch[k], ev.launch[mc]) == (launch, copy)
+    assert ev.correlation[[launch, k, copy, mc]].tolist() == [1, 1, 2, 2]
+    # ... the calls find their op by nesting (no External id), and the kernel lands on GPU 0 stream 7
+    assert (ev.op[launch], ev.op[copy]) == (op, op)
+    assert [(lane.device, lane.stream) for lane in m.lanes_of(LaneKind.STREAM)] == [(0, 7)]
+    assert m.report.unpaired_flows == 0 and m.report.unlinked_device_events == 0
+    assert m.report.unknown_categories == {}
+
+
+def test_ns_display_unit_keeps_fractional_microseconds_exactly(write_trace: WriteTrace) -> None:
+    # GIVEN displayTimeUnit "ns" and fractional-µs timestamps, as HTA's ns-resolution traces have
+    raw = [
+        ("aten::mm", 1694128201545123.25, 12.375),
+        ("aten::relu", 1694128201545130.5, 0.125),
+        ("aten::sum", 1694128201545200.75, 1.047),
+        ("aten::view", 1712195495519689.047, 63.813),  # as in the HTA trace: beyond float64's 0.25 µs
+    ]
+    events = [span("cpu_op", n, ts, dur) for n, ts, dur in raw]
+    path = write_trace(document(events, displayTimeUnit="ns", baseTimeNanoseconds=1694128200000000000))
+    # WHEN loaded
+    m = load_one(path)
+    # THEN times stay µs as float64, exactly the numbers the JSON holds (no unit conversion, no rounding
+    # beyond float64's own: at epoch-µs magnitudes its step is 0.25 µs, as for any JSON reader)
+    parsed = json.loads(path.read_text())["traceEvents"]
+    assert m.events.ts.dtype == np.float64
+    assert m.events.ts.tolist() == [e["ts"] for e in parsed]
+    assert m.events.dur.tolist() == [12.375, 0.125, 1.047, 63.813]
+    assert m.events.ts[:3].tolist() == [1694128201545123.25, 1694128201545130.5, 1694128201545200.75]
+    assert (m.display_time_unit, m.base_time_ns) == ("ns", 1694128200000000000)
+    # ... and nesting works at sub-µs resolution (relu starts inside mm, which ends at 135.625)
+    assert m.events.parent.tolist()[:3] == [NO_ID, 0, NO_ID]
+
+
+def test_python_frames_link_to_their_parent_frames_and_enclose_ops(write_trace: WriteTrace) -> None:
+    # GIVEN python_function frames main > step > aten::mul, and a second child of main
+    events = [
+        span("python_function", "train.py(10): main", 0, 100, Python_id=1, Python_parent_id=None),
+        span("python_function", "train.py(20): step", 10, 60, Python_id=2, Python_parent_id=1),
+        span("cpu_op", "aten::mul", 20, 10, External_id=7),
+        span("python_function", "train.py(30): log", 80, 10, Python_id=3, Python_parent_id=1),
+        span("python_function", "orphan.py(1): f", 200, 5, Python_id=4, Python_parent_id=99),
+    ]
+    # WHEN loaded
+    m = load_one(write_trace(document(events)))
+    ev = m.events
+    main, step, mul, log, orphan = (index_of(m, e["name"]) for e in events)
+    # THEN py_parent follows Python parent id; non-python events and unknown parents get none
+    assert ev.py_parent[[main, step, mul, log, orphan]].tolist() == [NO_ID, main, NO_ID, main, NO_ID]
+    assert ev.python_id[[main, step, mul, log, orphan]].tolist() == [1, 2, NO_ID, 3, 4]
+    # ... and time nesting makes the step frame the op's parent
+    assert ev.parent[[main, step, mul, log, orphan]].tolist() == [NO_ID, main, step, main, NO_ID]
+    assert (ev.kind[step], ev.kind[mul]) == (EventKind.PYTHON, EventKind.CPU_OP)
+
+
+def test_hip_driver_and_graph_api_names_are_classified(write_trace: WriteTrace) -> None:
+    # GIVEN runtime/driver calls with HIP, driver and graph spellings (one per µs, in this order)
+    calls = [
+        ("cuda_runtime", "hipLaunchKernel", ApiKind.LAUNCH),
+        ("cuda_runtime", "hipExtLaunchKernel", ApiKind.LAUNCH),
+        ("cuda_runtime", "hipMemcpyAsync", ApiKind.MEMCPY),
+        ("cuda_runtime", "hipMemsetAsync", ApiKind.MEMSET),
+        ("cuda_runtime", "hipDeviceSynchronize", ApiKind.SYNC_DEVICE),
+        ("cuda_runtime", "hipStreamSynchronize", ApiKind.SYNC_STREAM),
+        ("cuda_driver", "cuLaunchKernelEx", ApiKind.LAUNCH),
+        ("cuda_driver", "cuLaunchKernel", ApiKind.LAUNCH),
+        ("cuda_runtime", "cudaLaunchKernelExC", ApiKind.LAUNCH),
+        ("cuda_runtime", "cudaGraphLaunch", ApiKind.GRAPH_LAUNCH),
+        ("cuda_runtime", "cudaEventRecord", ApiKind.EVENT_RECORD),
+        ("cuda_runtime", "cudaStreamWaitEvent", ApiKind.STREAM_WAIT),
+        ("cuda_runtime", "cudaEventQuery", ApiKind.QUERY),
+        ("cuda_runtime", "cudaFree", ApiKind.FREE),
+        ("cuda_runtime", "cudaGetDevice", ApiKind.NONE),
+        ("cpu_op", "cudaLaunchKernel", ApiKind.NONE),  # an op is never an API call, whatever its name
+    ]
+    events = [span(cat, name, 10 * i, 5, correlation=i) for i, (cat, name, _) in enumerate(calls)]
+    # WHEN loaded
+    m = load_one(write_trace(document(events)))
+    # THEN each call has its ApiKind, and runtime vs driver kinds are told apart
+    assert [ApiKind(a) for a in m.events.api] == [api for _, _, api in calls]
+    assert m.events.kind[6] == EventKind.DRIVER and m.events.kind[0] == EventKind.RUNTIME
+    assert m.events.kind[-1] == EventKind.CPU_OP
+
+
+def test_hip_launch_links_to_its_kernel(write_trace: WriteTrace) -> None:
+    # GIVEN a hipLaunchKernel and its kernel sharing correlation 3 (ROCm traces use the same shape)
+    events = [
+        span("cuda_runtime", "hipLaunchKernel", 0, 4, correlation=3),
+        kernel("hip_kernel", 10, 2, 3, stream=0),
+        flow("s", 3, 0),
+        flow("f", 3, 10, pid=0, tid=0),
+    ]
+    m = load_one(write_trace(document(events)))
+    # THEN the kernel's launch is the HIP call, on GPU 0 stream 0
+    assert m.events.launch.tolist() == [NO_ID, 0]
+    assert [(lane.device, lane.stream) for lane in m.lanes_of(LaneKind.STREAM)] == [(0, 0)]
+
+
+def test_bare_event_list_document_loads(write_trace: WriteTrace) -> None:
+    # GIVEN a top-level JSON array of events (Chrome's other trace format), no deviceProperties
+    events = launch_pair(100, 9, 130, 7, ext=4)
+    # WHEN loaded
+    m = load_one(write_trace(events))
+    # THEN the events are there and linked; the device has a generic name; no rank is known
+    assert m.event_count == 3
+    assert m.events.launch[index_of(m, "add_kernel")] == index_of(m, "cudaLaunchKernel")
+    assert [(d.id, d.name) for d in m.devices] == [(0, "device 0")]
+    assert (m.rank, m.world_size, m.display_time_unit) == (None, None, None)
+
+
+def test_unknown_categories_and_phases_are_kept_or_counted(write_trace: WriteTrace) -> None:
+    # GIVEN an event of an unknown category, and events of phases the loader does not use
+    events: list[Event] = [
+        span("cpu_op", "aten::add", 0, 10),
+        span("my_vendor_cat", "vendor thing", 2, 3),
+        span("my_vendor_cat", "vendor thing 2", 20, 3),
+        {"ph": "C", "name": "memory", "pid": HOST, "tid": HOST, "ts": 5, "args": {"bytes": 1}},
+        {"ph": "b", "cat": "async", "name": "async span", "id": 1, "pid": HOST, "tid": HOST, "ts": 6},
+        {"ph": "C", "name": "memory", "pid": HOST, "tid": HOST, "ts": 7, "args": {"bytes": 2}},
+        flow("s", 1, 0, cat="fwdbwd"),
+        flow("f", 1, 20, cat="fwdbwd"),
+    ]
+    # WHEN loaded (not an error)
+    m = load_one(write_trace(document(events)))
+    # THEN unknown-category events are kept as OTHER and counted; unknown phases are counted, not kept
+    assert m.event_count == 3
+    assert m.report.unknown_categories == {"my_vendor_cat": 2}
+    assert m.report.unknown_phases == {"C": 2, "b": 1}
+    assert m.events.kind[index_of(m, "vendor thing")] == EventKind.OTHER
+    # ... known non-launch flows (fwdbwd) are neither unknown nor unpaired
+    assert m.report.unpaired_flows == 0
+
+
+def test_malformed_events_are_skipped_and_counted(write_trace: WriteTrace) -> None:
+    # GIVEN good events mixed with: a string timestamp, a missing timestamp, a missing duration, a
+    # negative duration, non-object elements, and a launch flow whose other end is missing
+    events: list[Any] = [
+        span("cpu_op", "good 1", 0, 10),
+        span("cpu_op", "string ts", "12", 1),
+        {"ph": "X", "cat": "cpu_op", "name": "no ts", "pid": HOST, "tid": HOST, "dur": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "no dur", "pid": HOST, "tid": HOST, "ts": 3},
+        span("cpu_op", "negative", 4, -2),
+        42,
+        "not an event",
+        flow("s", 77, 0),
+        span("cpu_op", "good 2", 20, 5),
+        {
+            "ph": "i",
+            "s": "t",
+            "cat": "cpu_instant_event",
+            "name": "instant",
+            "pid": HOST,
+            "tid": HOST,
+            "ts": 21,
+        },
+    ]
+    # WHEN loaded
+    m = load_one(write_trace(document(events)))
+    # THEN only the usable events are in the model (instants get a zero duration) ...
+    assert [m.name_of(i) for i in range(m.event_count)] == ["good 1", "good 2", "instant"]
+    assert m.events.dur.tolist() == [10.0, 5.0, 0.0]
+    # ... and every skipped element is counted with its reason
+    assert m.report.skipped == {
+        "ts: not a number (str)": 1,
+        "timestamp missing or not a number": 1,
+        "duration missing or not a number": 1,
+        "negative duration": 1,
+        "not an event object": 2,
+    }
+    assert m.report.skipped_total == 6
+    assert m.report.unpaired_flows == 1
+
+
+def test_device_activity_without_launch_call_is_counted(write_trace: WriteTrace) -> None:
+    # GIVEN a kernel whose launch happened before the profiler started (no runtime call in the trace)
+    m = load_one(write_trace(document([span("cpu_op", "aten::add", 0, 10), kernel("k", 5, 3, 123)])))
+    # THEN it is kept, unlinked, and counted as such
+    assert m.events.launch.tolist() == [NO_ID, NO_ID]
+    assert m.report.unlinked_device_events == 1
+
+
+# ----- folders of rank files ----------------------------------------------------------------------------
+
+
+def rank_doc(rank: int | None, kernels: int = 1) -> dict[str, Any]:
+    events = [e for i in range(kernels) for e in launch_pair(100 * i, 10 + i, 100 * i + 30, 5, ext=i + 1)]
+    top = {} if rank is None else {"distributedInfo": {"rank": rank, "world_size": 2}}
+    return document(events, **top)
+
+
+def test_folder_of_rank_files_gives_one_model_per_rank(tmp_path: Path) -> None:
+    # GIVEN rank 1 in a file that sorts first by name, rank 0 in another, and a non-trace JSON beside them
+    write_trace_file(tmp_path / "a_worker1.pt.trace.json", rank_doc(1, kernels=2))
+    write_trace_file(tmp_path / "b_worker0.pt.trace.json", rank_doc(0, kernels=1))
+    write_trace_file(tmp_path / "sidecar.json", {"hello": 1})
+    # WHEN the folder is loaded
+    traces = load(tmp_path)
+    # THEN models come in rank order, each from its own file
+    assert traces.ranks == [0, 1]
+    assert [m.event_count for m in traces.models] == [3, 6]
+    assert Path(traces.for_rank(1).path).name == "a_worker1.pt.trace.json"
+    assert traces.for_rank(None) is traces.models[0]
+    assert traces.notes == ()
+    with pytest.raises(KeyError):
+        traces.for_rank(5)
+
+
+def test_folder_with_one_bad_file_loads_the_good_one_and_says_so(tmp_path: Path) -> None:
+    # GIVEN a good rank file and a truncated one
+    write_trace_file(tmp_path / "good.pt.trace.json", rank_doc(0))
+    bad = tmp_path / "bad.pt.trace.json"
+    bad.write_text(json.dumps(rank_doc(1))[:150])
+    # WHEN the folder is loaded
+    traces = load(tmp_path)
+    # THEN the good file is used and a note names the bad one and its problem
+    assert [Path(m.path).name for m in traces.models] == ["good.pt.trace.json"]
+    (note,) = traces.notes
+    assert "bad.pt.trace.json" in note and "truncated JSON" in note
+
+
+def test_files_without_rank_are_numbered_after_known_ranks(tmp_path: Path) -> None:
+    write_trace_file(tmp_path / "x.pt.trace.json", rank_doc(None))
+    write_trace_file(tmp_path / "y.pt.trace.json", rank_doc(0, kernels=2))
+    traces = load(tmp_path)
+    assert traces.ranks == [0, 1]
+    assert [Path(m.path).name for m in traces.models] == ["y.pt.trace.json", "x.pt.trace.json"]
+    assert traces.models[1].rank == 1
+
+
+def test_repeated_rank_files_newest_wins(tmp_path: Path) -> None:
+    # GIVEN two tensorboard_trace_handler files of rank 0; the newer stamp is the one that sorts first
+    # as text (13 digits vs 12), so only a numeric comparison picks it
+    older = "host_123.999999999999.pt.trace.json.gz"
+    newer = "host_123.1000000000000.pt.trace.json.gz"
+    write_trace_file(tmp_path / older, rank_doc(0, kernels=1))
+    write_trace_file(tmp_path / newer, rank_doc(0, kernels=2))
+    # WHEN the folder is loaded
+    traces = load(tmp_path)
+    # THEN one model, from the newest file, and a note says which file was ignored
+    (model,) = traces.models
+    assert Path(model.path).name == newer and model.event_count == 6
+    assert traces.notes == (f"rank 0: using {newer}, ignoring older {older}",)
+
+
+# ----- large files: the streaming decoder ---------------------------------------------------------------
+
+
+def big_document(launches: int, *, bad_ts_at: int | None = None, name: str = "add_kernel") -> dict[str, Any]:
+    """Thousands of steps of op > launch -> kernel, with top-level facts both before and after the events."""
+    events: list[Event] = [
+        {"ph": "M", "name": "thread_name", "pid": HOST, "tid": HOST, "args": {"name": "main"}},
+    ]
+    for i in range(launches):
+        t = 50.25 * i
+        events.append(span("user_annotation", f"ProfilerStep#{i}", t, 50))
+        pair = launch_pair(t + 1, 1000 + i, t + 30, 10, ext=i + 1, stream=7 + i % 2)
+        pair[2]["name"] = name
+        events += pair
+        if bad_ts_at == i:
+            events.append(span("cpu_op", "bad", str(t), 1))
+    doc = document(events, displayTimeUnit="ms")
+    doc["distributedInfo"] = {"rank": 3, "world_size": 4}  # after traceEvents, as some writers do
+    doc["baseTimeNanoseconds"] = 1700000000000000000
+    return doc
+
+
+def assert_same_events(a: TraceModel, b: TraceModel) -> None:
+    ca, cb = a.events.columns(), b.events.columns()
+    assert list(ca) == list(cb)
+    for name in ca:
+        assert ca[name].dtype == cb[name].dtype, name
+        np.testing.assert_array_equal(ca[name], cb[name], err_msg=name)
+    assert a.strings == b.strings
+
+
+def assert_same_model(a: TraceModel, b: TraceModel) -> None:
+    assert_same_events(a, b)
+    assert (a.lanes, a.devices, a.steps) == (b.lanes, b.devices, b.steps)
+    assert (a.rank, a.world_size, a.display_time_unit, a.base_time_ns) == (
+        b.rank,
+        b.world_size,
+        b.display_time_unit,
+        b.base_time_ns,
+    )
+    assert a.report == b.report
+
+
+def whole_document_model(path: Path) -> TraceModel:
+    data = path.read_bytes()
+    if path.name.endswith(".gz"):
+        import gzip
+
+        data = gzip.decompress(data)
+    return build_model(decode(data, str(path)), str(path), "json.gz" if path.name.endswith(".gz") else "json")
+
+
+@pytest.fixture
+def no_whole_document_decode(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the loader's in-memory decode fail, so a passing load proves the streaming path was used."""
+
+    def refuse(data: bytes, path: str) -> Any:
+        raise AssertionError("the whole-document decoder was used")
+
+    monkeypatch.setattr(analyzer.loader, "decode", refuse)
+
+
+def test_streaming_and_whole_document_decoding_give_identical_models(
+    tmp_path: Path, no_whole_document_decode: None
+) -> None:
+    # GIVEN a trace file over the 1 MiB streaming threshold
+    path = write_trace_file(tmp_path / "big.pt.trace.json", big_document(4000))
+    assert path.stat().st_size > 1 << 20
+    # WHEN loaded by the loader (streaming) and by decoding the document in memory
+    streamed = load_one(path, use_cache=False)
+    whole = whole_document_model(path)
+    # THEN every column, string, lane, step and report entry is the same
+    assert_same_model(streamed, whole)
+    assert streamed.event_count == 4 * 4000
+    assert len(streamed.steps) == 4000 and len(streamed.lanes_of(LaneKind.STREAM)) == 2
+    assert (streamed.rank, streamed.world_size, streamed.base_time_ns) == (3, 4, 1700000000000000000)
+    kernels = streamed.events.kind == EventKind.KERNEL
+    assert np.all(streamed.events.launch[kernels] >= 0)
+
+
+@pytest.mark.parametrize("name", ["small_blocks.pt.trace.json", "small_blocks.pt.trace.json.gz"])
+def test_streaming_in_many_small_batches_matches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_whole_document_decode: None, name: str
+) -> None:
+    # GIVEN tiny read blocks and batches, so events are cut at many batch boundaries (gzip too)
+    import analyzer.stream
+
+    monkeypatch.setattr(analyzer.stream, "_BLOCK", 10_000)
+    monkeypatch.setattr(analyzer.stream, "BATCH_BYTES", 30_000)
+    monkeypatch.setattr(analyzer.loader, "_STREAM_MIN_BYTES", 0)
+    cuts = []
+    real_cut = analyzer.stream._decode_prefix
+    monkeypatch.setattr(analyzer.stream, "_decode_prefix", lambda *a: cuts.append(1) or real_cut(*a))
+    path = write_trace_file(tmp_path / name, big_document(600))
+    # WHEN loaded (streaming) and decoded whole
+    streamed = load_one(path, use_cache=False)
+    # THEN the result is the same as the in-memory decode, from many batches
+    assert len(cuts) > 10
+    assert_same_model(streamed, whole_document_model(path))
+    assert streamed.event_count == 4 * 600
+
+
+def test_large_file_with_a_bad_event_falls_back_and_counts_it(tmp_path: Path) -> None:
+    # GIVEN a > 1 MiB trace with a string timestamp deep inside (the streaming decoder rejects it)
+    path = write_trace_file(tmp_path / "bad_ts.pt.trace.json", big_document(4000, bad_ts_at=3000))
+    assert path.stat().st_size > 1 << 20
+    # WHEN loaded
+    m = load_one(path, use_cache=False)
+    # THEN the whole-document fallback keeps every other event and counts the bad one
+    assert m.event_count == 4 * 4000
+    assert m.report.skipped == {"ts: not a number (str)": 1}
+    assert (m.rank, len(m.steps)) == (3, 4000)
+
+
+def test_large_file_with_event_separators_inside_names_loads_intact(tmp_path: Path) -> None:
+    # GIVEN kernel names containing '}, {' (a batch cut there would split a string)
+    tricky = 'void f<{lambda()#1}, {x}>"}, {"ph": "X"'
+    path = write_trace_file(tmp_path / "names.pt.trace.json", big_document(3000, name=tricky))
+    # WHEN loaded
+    m = load_one(path, use_cache=False)
+    # THEN every kernel has its full name and nothing was mis-parsed
+    assert m.event_count == 4 * 3000
+    assert int(np.count_nonzero(m.events.name == m.strings.index(tricky))) == 3000
+    assert m.report.skipped == {} and m.report.unknown_phases == {}
+
+
+# ----- the model cache --------------------------------------------------------------------------------
+
+
+class CountingBuild:
+    """Stands in for ``analyzer.loader.build_model``: counts calls; ``refuse`` makes a call fail."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.refuse = False
+
+    def __call__(self, *args: Any, **kwargs: Any) -> TraceModel:
+        if self.refuse:
+            raise AssertionError("parsed although a cached model exists")
+        self.calls += 1
+        return build_model(*args, **kwargs)
+
+
+@pytest.fixture
+def counting_build(monkeypatch: pytest.MonkeyPatch) -> CountingBuild:
+    spy = CountingBuild()
+    monkeypatch.setattr(analyzer.loader, "build_model", spy)
+    return spy
+
+
+def test_second_load_comes_from_the_cache(
+    write_trace: WriteTrace, counting_build: CountingBuild, isolated_cache: Path
+) -> None:
+    # GIVEN a trace loaded once
+    path = write_trace(minimal_trace(), "t.pt.trace.json.gz")
+    first = load_file(path)
+    assert counting_build.calls == 1
+    # THEN the cache lives under XDG_CACHE_HOME, one entry with the model's columns
+    root = cache.cache_root()
+    assert root.is_relative_to(isolated_cache)
+    entries = [p for p in root.iterdir() if p.name != "index"]
+    assert len(entries) == 1 and (entries[0] / "events.parquet").is_file()
+    # WHEN it is loaded again, with parsing forbidden
+    counting_build.refuse = True
+    second = load_file(path)
+    # THEN the cached model is the same model
+    assert_same_model(first, second)
+    assert second.path == str(path) and second.format == "json.gz"
+
+
+def test_no_cache_parses_again(write_trace: WriteTrace, counting_build: CountingBuild) -> None:
+    path = write_trace(minimal_trace())
+    load_file(path)
+    load_file(path, use_cache=False)
+    load_file(path, use_cache=False)
+    assert counting_build.calls == 3
+    load_file(path)
+    assert counting_build.calls == 3
+
+
+def test_corrupted_cache_entry_is_ignored_and_rebuilt(
+    write_trace: WriteTrace, counting_build: CountingBuild
+) -> None:
+    # GIVEN a cached model whose Parquet file was overwritten with garbage
+    path = write_trace(minimal_trace())
+    first = load_file(path)
+    (entry,) = [p for p in cache.cache_root().iterdir() if p.name != "index"]
+    (entry / "events.parquet").write_bytes(b"garbage, not parquet" * 10)
+    # WHEN loaded again
+    again = load_file(path)
+    # THEN the trace is parsed again, with the same result
+    assert counting_build.calls == 2
+    assert_same_model(first, again)
+    # ... and the entry was rebuilt: the next load needs no parsing
+    counting_build.refuse = True
+    assert_same_model(first, load_file(path))
+
+
+def test_copy_at_another_path_hits_the_same_cache_entry(
+    write_trace: WriteTrace, counting_build: CountingBuild, tmp_path: Path
+) -> None:
+    # GIVEN a loaded trace and a byte-identical copy elsewhere
+    path = write_trace(minimal_trace(), "t.json.gz")
+    first = load_file(path)
+    copy = tmp_path / "elsewhere" / "copy.json.gz"
+    copy.parent.mkdir()
+    shutil.copyfile(path, copy)
+    # WHEN the copy is loaded with parsing forbidden
+    counting_build.refuse = True
+    second = load_file(copy)
+    # THEN it comes from the same (content-keyed) entry, under its own path
+    assert_same_model(first, second)
+    assert second.path == str(copy)
+
+
+def test_changed_file_is_not_served_stale(write_trace: WriteTrace, counting_build: CountingBuild) -> None:
+    path = write_trace(minimal_trace())
+    assert load_file(path).event_count == 4
+    doc = minimal_trace()
+    doc["traceEvents"].append(span("cpu_op", "aten::extra", 2000, 5))
+    write_trace(doc)
+    assert load_file(path).event_count == 5
+    assert counting_build.calls == 2
+
+
+# ----- properties: nesting ------------------------------------------------------------------------------
+
+
+@st.composite
+def nested_program(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray]:
+    """Properly nested intervals, as a program's call tree makes them: a random walk of open/close actions
+    with integer time steps (zero-length events, shared starts and touching siblings included)."""
+    actions = draw(st.lists(st.tuples(st.booleans(), st.integers(0, 3)), max_size=60))
+    t, stack, out = 0, [], []
+    for is_open, step in actions:
+        t += step
+        if is_open or not stack:
+            stack.append(t)
+        else:
+            out.append((stack.pop(), t))
+    while stack:
+        t += draw(st.integers(0, 2))
+        out.append((stack.pop(), t))
+    return sorted_intervals(out)
+
+
+def sorted_intervals(pairs: list[tuple[float, float]]) -> tuple[np.ndarray, np.ndarray]:
+    """(ts, end) arrays sorted as the model sorts events: by ts, longest first."""
+    ts = np.array([s for s, _ in pairs], dtype=np.float64)
+    end = np.array([e for _, e in pairs], dtype=np.float64)
+    order = np.lexsort((-(end - ts), ts))
+    return ts[order], end[order]
+
+
+def stack_parents(ts: np.ndarray, end: np.ndarray) -> list[int]:
+    """Reference: walk events in order with a stack of open events; an event ending at or before my
+    start is closed."""
+    parents, stack = [], []
+    for i in range(len(ts)):
+        while stack and end[stack[-1]] <= ts[i]:
+            stack.pop()
+        parents.append(stack[-1] if stack else NO_ID)
+        stack.append(i)
+    return parents
+
+
+@settings(max_examples=300, deadline=None)
+@given(nested_program())
+def test_nest_sorted_matches_a_stack_on_nested_intervals(intervals_: tuple[np.ndarray, np.ndarray]) -> None:
+    ts, end = intervals_
+    assert _nest_sorted(ts, end).tolist() == stack_parents(ts, end)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(nested_program(), min_size=1, max_size=3), st.data())
+def test_nest_per_lane_matches_a_stack_and_skips_device_events(
+    lanes: list[tuple[np.ndarray, np.ndarray]], data: st.DataObject
+) -> None:
+    # GIVEN several host threads' nested events plus device events interleaved, all sorted together
+    rows = [
+        (float(s), float(e), lane, True)
+        for lane, (ts, end) in enumerate(lanes)
+        for s, e in zip(ts, end, strict=True)
+    ]
+    device = data.draw(st.lists(st.tuples(st.integers(0, 50), st.integers(0, 10)), max_size=10))
+    rows += [(float(s), float(s + d), len(lanes), False) for s, d in device]
+    rows.sort(key=lambda r: (r[0], -(r[1] - r[0])))
+    ts = np.array([r[0] for r in rows])
+    end = np.array([r[1] for r in rows])
+    lane = np.array([r[2] for r in rows])
+    host = np.array([r[3] for r in rows], dtype=np.bool_)
+    # WHEN nested
+    parent = nest(ts, end, lane, host)
+    # THEN each host thread matches the stack reference; device events have no parent
+    for k in range(len(lanes)):
+        idx = np.flatnonzero(lane == k)
+        expected = [idx[p] if p >= 0 else NO_ID for p in stack_parents(ts[idx], end[idx])]
+        assert parent[idx].tolist() == expected
+    assert np.all(parent[~host] == NO_ID)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 15)), max_size=40))
+def test_nest_parents_are_open_and_earlier_on_arbitrary_intervals(raw: list[tuple[int, int]]) -> None:
+    # GIVEN arbitrary (overlapping, not nested) intervals, e.g. from clock rounding
+    ts, end = sorted_intervals([(s, s + d) for s, d in raw])
+    # WHEN nested
+    parent = _nest_sorted(ts, end)
+    # THEN every parent comes earlier in the order, starts at or before the child and is still open then
+    for i, p in enumerate(parent.tolist()):
+        if p == NO_ID:
+            continue
+        assert 0 <= p < i
+        assert ts[p] <= ts[i] < end[p]
+
+
+# ----- properties: intervals ----------------------------------------------------------------------------
+
+small_intervals = st.lists(st.tuples(st.integers(0, 30), st.integers(1, 8)), max_size=25)
+
+
+def cells(pairs: list[tuple[int, int]]) -> set[int]:
+    """Brute force: the unit cells [k, k+1) covered by half-open integer intervals."""
+    return {k for s, e in pairs for k in range(s, e)}
+
+
+def runs(covered: set[int]) -> list[tuple[int, int]]:
+    out: list[list[int]] = []
+    for k in sorted(covered):
+        if out and out[-1][1] == k:
+            out[-1][1] = k + 1
+        else:
+            out.append([k, k + 1])
+    return [(s, e) for s, e in out]
+
+
+@settings(max_examples=300, deadline=None)
+@given(small_intervals)
+def test_union_equals_brute_force_cover(raw: list[tuple[int, int]]) -> None:
+    pairs = [(s, s + d) for s, d in raw]
+    s, e = intervals.union(
+        np.array([p[0] for p in pairs], dtype=np.float64), np.array([p[1] for p in pairs], dtype=np.float64)
+    )
+    assert list(zip(s.tolist(), e.tolist(), strict=True)) == runs(cells(pairs))
+    assert intervals.total(s, e) == len(cells(pairs))
+
+
+@settings(max_examples=300, deadline=None)
+@given(small_intervals, st.lists(st.tuples(st.integers(-5, 45), st.integers(0, 20)), min_size=1, max_size=8))
+def test_covered_in_equals_brute_force(raw: list[tuple[int, int]], windows: list[tuple[int, int]]) -> None:
+    pairs = [(s, s + d) for s, d in raw]
+    s, e = intervals.union(
+        np.array([p[0] for p in pairs], dtype=np.float64), np.array([p[1] for p in pairs], dtype=np.float64)
+    )
+    lo = np.array([w[0] for w in windows], dtype=np.float64)
+    hi = np.array([w[0] + w[1] for w in windows], dtype=np.float64)
+    covered = cells(pairs)
+    expected = [
+        len([k for k in covered if a <= k < b]) for a, b in zip(lo.astype(int), hi.astype(int), strict=True)
+    ]
+    assert intervals.covered_in(s, e, lo, hi).tolist() == expected
+
+
+def test_union_of_nothing_and_clip() -> None:
+    s, e = intervals.union(np.empty(0), np.empty(0))
+    assert (len(s), len(e)) == (0, 0)
+    assert intervals.covered_in(s, e, np.array([0.0, 5.0]), np.array([10.0, 6.0])).tolist() == [0.0, 0.0]
+    cs, ce = intervals.clip(np.array([0.0, 5.0, 20.0]), np.array([4.0, 12.0, 30.0]), 3.0, 10.0)
+    assert (cs.tolist(), ce.tolist()) == ([3.0, 5.0], [4.0, 10.0])
+
+
+def test_load_of_a_missing_path_raises_trace_error(tmp_path: Path) -> None:
+    with pytest.raises(TraceError) as info:
+        load(tmp_path / "nope.json")
+    assert info.value.problem == "no such file or directory"
