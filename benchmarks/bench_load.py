@@ -66,7 +66,9 @@ def tiled_trace(source: Path, events: int) -> Path:
     if not out.exists():
         tool = SHARED / "tools" / "tile_trace.py"
         print(f"tiling {source.name} to >= {events:,} events ...", flush=True)
-        subprocess.run([sys.executable, str(tool), str(source), str(out), "--events", str(events)], check=True)
+        subprocess.run(
+            [sys.executable, str(tool), str(source), str(out), "--events", str(events)], check=True
+        )
     return out
 
 
@@ -93,7 +95,9 @@ def hta_version(py: Path) -> str:
     done = subprocess.run(
         [str(py), "-m", "pip", "show", HTA_PACKAGE], capture_output=True, text=True, check=False
     )
-    return next((ln.split(":", 1)[1].strip() for ln in done.stdout.splitlines() if ln.startswith("Version")), "?")
+    return next(
+        (ln.split(":", 1)[1].strip() for ln in done.stdout.splitlines() if ln.startswith("Version")), "?"
+    )
 
 
 def best(runs: list[dict[str, float]]) -> dict[str, float]:
@@ -101,7 +105,11 @@ def best(runs: list[dict[str, float]]) -> dict[str, float]:
 
 
 def measure(trace: Path, repeat: int, skip_hta: bool) -> dict[str, dict[str, float]]:
-    rows: dict[str, list[dict[str, float]]] = {"stallscope cold": [], "stallscope parse": [], "stallscope warm": []}
+    rows: dict[str, list[dict[str, float]]] = {
+        "stallscope cold": [],
+        "stallscope parse": [],
+        "stallscope warm": [],
+    }
     for _ in range(repeat):
         cache = tempfile.mkdtemp(prefix="stallscope-bench-cache-")
         env = {**os.environ, "XDG_CACHE_HOME": cache}
