@@ -13,6 +13,8 @@ import json
 import os
 import shutil
 import tempfile
+import threading
+import time
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
@@ -65,6 +67,7 @@ def remember_key(path: Path, key: str) -> None:
 
 def load_cached(key: str, path: str) -> TraceModel | None:
     """The cached model for ``key``, or None when absent or unreadable (it is then rebuilt)."""
+    wait(key)
     folder = cache_root() / key
     try:
         meta = json.loads((folder / "model.json").read_text())
@@ -76,22 +79,63 @@ def load_cached(key: str, path: str) -> TraceModel | None:
         return None
 
 
-def store(key: str, model: TraceModel) -> None:
-    """Write the model under ``key``; failures (read-only cache, full disk) are not errors."""
+def store(key: str, model: TraceModel, source: Path | None = None) -> None:
+    """Write the model under ``key`` in a background thread (the caller goes on analysing meanwhile) and
+    remember ``source``'s content key. Failures (read-only cache, full disk) are not errors. A load of the
+    same key waits for the write; the interpreter waits for pending writes before it exits."""
+    writer = threading.Thread(
+        target=_store_now, args=(key, model, source), name=f"stallscope-cache-{key[:8]}"
+    )
+    with _pending_lock:
+        _pending[key] = writer
+    writer.start()
+
+
+def wait(key: str | None = None) -> None:
+    """Block until the pending write of ``key`` (or every pending write) is on disk."""
+    with _pending_lock:
+        writers = [_pending[key]] if key in _pending else [] if key is not None else list(_pending.values())
+    for writer in writers:
+        writer.join()
+
+
+_pending: dict[str, threading.Thread] = {}
+_pending_lock = threading.Lock()
+
+
+def _store_now(key: str, model: TraceModel, source: Path | None) -> None:
     root = cache_root()
     try:
-        root.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
-    except OSError:
-        return
-    try:
-        columns = model.events.columns()
-        pq.write_table(pa.table(columns), tmp / "events.parquet", compression="lz4", use_dictionary=False)
-        (tmp / "model.json").write_text(json.dumps(_meta_of(model)))
-        shutil.rmtree(root / key, ignore_errors=True)  # an unreadable entry: rename cannot replace it
-        os.replace(tmp, root / key)
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            _remove_stale_temporaries(root)
+            tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
+        except OSError:
+            return
+        try:
+            table = pa.table({name: _arrow(values) for name, values in model.events.columns().items()})
+            pq.write_table(table, tmp / "events.parquet", compression="lz4", use_dictionary=False)
+            (tmp / "model.json").write_text(json.dumps(_meta_of(model)))
+            shutil.rmtree(root / key, ignore_errors=True)  # an unreadable entry: rename cannot replace it
+            os.replace(tmp, root / key)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            return
+        if source is not None:
+            remember_key(source, key)
+    finally:
+        with _pending_lock:
+            if _pending.get(key) is threading.current_thread():
+                del _pending[key]
+
+
+def _remove_stale_temporaries(root: Path, older_than_s: float = 3600.0) -> None:
+    """Half-written entries left by an interrupted process (Ctrl-C during a write)."""
+    now = time.time()
+    for tmp in root.glob(".tmp-*"):
+        with contextlib.suppress(OSError):
+            if now - tmp.stat().st_mtime > older_than_s:
+                shutil.rmtree(tmp, ignore_errors=True) if tmp.is_dir() else tmp.unlink()
 
 
 def _atomic_write(target: Path, text: str) -> None:
@@ -115,6 +159,17 @@ def _meta_of(model: TraceModel) -> dict[str, Any]:
         "base_time_ns": model.base_time_ns,
         "report": asdict(model.report),
     }
+
+
+_ARROW_TYPES = {"float64": pa.float64(), "int64": pa.int64(), "int32": pa.int32(), "int8": pa.int8()}
+
+
+def _arrow(values: npt.NDArray[Any]) -> pa.Array:
+    """Zero-copy Arrow view of a numpy column (``pa.array`` would import pandas, in a background thread)."""
+    contiguous = np.ascontiguousarray(values)
+    return pa.Array.from_buffers(
+        _ARROW_TYPES[str(contiguous.dtype)], len(contiguous), [None, pa.py_buffer(contiguous)]
+    )
 
 
 def _numpy(column: pa.ChunkedArray) -> npt.NDArray[Any]:

@@ -133,8 +133,7 @@ def load_file(path: Path, *, use_cache: bool = True, progress: Progress | None =
         model = build_model(doc, str(path), fmt, say)
     if key is not None:
         say("writing the cache")
-        cache.store(key, model)
-        cache.remember_key(path, key)
+        cache.store(key, model, path)
     return model
 
 

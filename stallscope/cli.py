@@ -37,6 +37,7 @@ def _configure_analyze(p: argparse.ArgumentParser) -> None:
 
 
 def _run_analyze(args: argparse.Namespace) -> int:
+    from analyzer import cache
     from analyzer.analysis import analyze
     from analyzer.loader import load
     from analyzer.output import to_json
@@ -60,6 +61,8 @@ def _run_analyze(args: argparse.Namespace) -> int:
         print(render(result))
         if args.json:
             print(f"  json      {args.json}")
+    sys.stdout.flush()
+    cache.wait()  # the model cache was being written while we analysed; finish it before returning
     return 0
 
 

@@ -556,6 +556,7 @@ def test_second_load_comes_from_the_cache(
     path = write_trace(minimal_trace(), "t.pt.trace.json.gz")
     first = load_file(path)
     assert counting_build.calls == 1
+    cache.wait()  # the cache is written in the background
     # THEN the cache lives under XDG_CACHE_HOME, one entry with the model's columns
     root = cache.cache_root()
     assert root.is_relative_to(isolated_cache)
@@ -585,6 +586,7 @@ def test_corrupted_cache_entry_is_ignored_and_rebuilt(
     # GIVEN a cached model whose Parquet file was overwritten with garbage
     path = write_trace(minimal_trace())
     first = load_file(path)
+    cache.wait()  # the cache is written in the background
     (entry,) = [p for p in cache.cache_root().iterdir() if p.name != "index"]
     (entry / "events.parquet").write_bytes(b"garbage, not parquet" * 10)
     # WHEN loaded again
