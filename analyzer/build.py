@@ -44,6 +44,8 @@ from analyzer.raw import EMPTY_ARGS, Batch, Document, RawArgs, RawEvent, paused_
 # event phases as small codes: 0 unknown, 1 complete ("X"), 2 instant, 3 flow, 4 metadata
 _PHASE = {"X": 1, "i": 2, "I": 2, "s": 3, "f": 3, "t": 3, "M": 4}
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
+#: device events linked to the host call that issued them
+_LINKED_KINDS = (*ACTIVITY_KINDS, EventKind.SYNC)
 _MAX_US = 2.0**62  # about 146,000 years: times beyond it could overflow float64 when subtracted
 
 
@@ -199,14 +201,15 @@ class _Accumulator:
         if not phase.all():
             self.unknown_phases.update(p for p, c in zip(phases, phase.tolist(), strict=True) if not c)
         self.meta.extend(compress(events, (phase == 4).tolist()))
-        self._add_flows(list(compress(events, (phase == 3).tolist())))
         is_timed = (phase == 1) | (phase == 2)
         timed = list(compress(events, is_timed.tolist()))
         self.timed_seen += len(timed)
-        if timed:
-            self._add_timed(timed, phase[is_timed] == 2)
+        unlinked = self._add_timed(timed, phase[is_timed] == 2) if timed else False
+        self._add_flows(list(compress(events, (phase == 3).tolist())), positions=unlinked)
 
-    def _add_timed(self, timed: list[RawEvent], instant: Mask) -> None:
+    def _add_timed(self, timed: list[RawEvent], instant: Mask) -> bool:
+        """Add the batch's timed events; True when some launch call or device event in it carries no
+        correlation id (an old trace: its flows' positions are then needed to link them)."""
         columns: dict[str, npt.NDArray[Any]] = {
             "ts": _floats(_take(timed, "ts")),
             "dur": _floats(_take(timed, "dur")),
@@ -232,6 +235,8 @@ class _Accumulator:
                 columns[column] = full
         for name, values in columns.items():
             self.parts.setdefault(name, []).append(values)
+        linked_kinds = np.isin(kind, [*_LINKED_KINDS, EventKind.RUNTIME, EventKind.DRIVER])
+        return bool(np.any(linked_kinds & (columns["correlation"] < 0)))
 
     def kind_of(self, codes: I64) -> npt.NDArray[np.int8]:
         """EventKind of each category code (the table grows as new strings are interned)."""
@@ -246,19 +251,30 @@ class _Accumulator:
             )
         return self._kinds[codes]
 
-    def _add_flows(self, flows: list[RawEvent]) -> None:
-        launch = [
-            f for f in flows if f.cat in LAUNCH_FLOW_CATEGORIES or f.cat.lower() in LAUNCH_FLOW_CATEGORIES
-        ]
-        if not launch:
-            return
-        columns = {
-            "id": _ids(_take(launch, "id")),
-            "start": np.array([f.ph == "s" for f in launch], dtype=np.bool_),
-            "pid": self.raw.codes_of(_take(launch, "pid")),
-            "tid": self.raw.codes_of(_take(launch, "tid")),
-            "ts": _floats(_take(launch, "ts")),
+    def _add_flows(self, flows: list[RawEvent], positions: bool) -> None:
+        """Launch flows: ids and direction always (to count ends without a partner); where they sit
+        (thread, time) only when ``positions``, since only links without correlation ids need them."""
+        cats = _take(flows, "cat")
+        distinct = dict.fromkeys(cats)
+        launch_cats = {
+            c for c in distinct if c in LAUNCH_FLOW_CATEGORIES or c.lower() in LAUNCH_FLOW_CATEGORIES
         }
+        if not launch_cats:
+            return
+        if len(launch_cats) < len(distinct):
+            flows = list(compress(flows, [c in launch_cats for c in cats]))
+        n = len(flows)
+        columns = {
+            "id": _ids(_take(flows, "id")),
+            "start": np.fromiter(map("s".__eq__, _take(flows, "ph")), dtype=np.bool_, count=n),
+        }
+        if positions:
+            columns["pid"] = self.raw.codes_of(_take(flows, "pid"))
+            columns["tid"] = self.raw.codes_of(_take(flows, "tid"))
+            columns["ts"] = _floats(_take(flows, "ts"))
+        else:
+            columns["pid"] = columns["tid"] = np.full(n, NO_ID, dtype=np.int64)
+            columns["ts"] = np.full(n, np.nan)
         for name, values in columns.items():
             self.flow_parts.setdefault(name, []).append(values)
 
@@ -314,8 +330,7 @@ def _apply_launch_flows(cols: dict[str, Any], flows: dict[str, npt.NDArray[Any]]
     finish_ids = np.unique(ids[valid & ~start])
     unpaired = len(np.setxor1d(start_ids, finish_ids, assume_unique=True))
     corr = cols["correlation"]
-    linked_kinds = [*ACTIVITY_KINDS, EventKind.SYNC]
-    linkable = (corr < 0) & (np.isin(cols["kind"], linked_kinds) | (cols["api"] != ApiKind.NONE))
+    linkable = (corr < 0) & (np.isin(cols["kind"], list(_LINKED_KINDS)) | (cols["api"] != ApiKind.NONE))
     if not linkable.any():
         return unpaired
     at: dict[tuple[int, int, float], int] = {}
