@@ -135,6 +135,7 @@ def _build(doc: Document, path: str, fmt: str, progress: Callable[[str], None]) 
             skipped=dict(acc.skipped),
             unknown_categories=unknown_categories,
             unknown_phases=dict(acc.unknown_phases),
+            unknown_keys=tuple(doc.unknown_keys),
             unpaired_flows=unpaired,
             unlinked_device_events=unlinked,
         ),

@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 
 from analyzer.model import Device, EventTable, Lane, LaneKind, LoadReport, Step, TraceModel
 
-CACHE_VERSION = 2  # bump whenever the model or the loader changes what it builds
+CACHE_VERSION = 3  # bump whenever the model or the loader changes what it builds
 
 
 def cache_root() -> Path:
@@ -188,6 +188,7 @@ def _model_from(meta: dict[str, Any], table: pa.Table, path: str) -> TraceModel:
     events = EventTable(**{f.name: _numpy(table.column(f.name)) for f in fields(EventTable)})
     report = dict(meta["report"])
     report["notes"] = tuple(report.get("notes", ()))
+    report["unknown_keys"] = tuple(report.get("unknown_keys", ()))
     return TraceModel(
         path=path,
         format=meta["format"],

@@ -130,6 +130,7 @@ class LoadReport:
     skipped: dict[str, int] = field(default_factory=dict)  # reason -> events skipped
     unknown_categories: dict[str, int] = field(default_factory=dict)  # kept as OTHER, not analysed
     unknown_phases: dict[str, int] = field(default_factory=dict)
+    unknown_keys: tuple[str, ...] = ()  # top-level document keys not read (kept in the file, ignored)
     unpaired_flows: int = 0  # flow ends with no partner (ignored)
     unlinked_device_events: int = 0  # device activity whose launch call is not in the trace
     notes: tuple[str, ...] = ()

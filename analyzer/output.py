@@ -37,6 +37,7 @@ def to_json(a: Analysis) -> dict[str, Any]:
             "skipped": dict(report.skipped),
             "unknown_categories": dict(report.unknown_categories),
             "unknown_phases": dict(report.unknown_phases),
+            "unknown_keys": list(report.unknown_keys),
             "unpaired_flows": report.unpaired_flows,
             "unlinked_device_events": report.unlinked_device_events,
             "notes": list(a.notes) + list(report.notes),

@@ -79,6 +79,25 @@ class Document:
     distributed_info: dict[str, Any]
     display_time_unit: str | None
     base_time_ns: int | None
+    unknown_keys: list[str] = field(default_factory=list)  # top-level keys stallscope does not read
+
+
+#: top-level keys torch.profiler/Kineto write that stallscope knows (read or deliberately not needed)
+KNOWN_KEYS = frozenset(
+    {
+        "traceEvents", "deviceProperties", "distributedInfo", "displayTimeUnit", "baseTimeNanoseconds",
+        "schemaVersion", "traceName", "trace_id", "record_shapes", "with_stack", "with_flops",
+        "with_modules", "profile_memory", "cuda_runtime_version", "cuda_driver_version", "cupti_version",
+        "hip_runtime_version", "roctracer_version", "rocprofiler_version", "metadata",
+    }
+)  # fmt: skip
+_KEYS_DECODER = msgspec.json.Decoder(dict[str, msgspec.Raw])
+
+
+def unknown_keys(data: bytes) -> list[str]:
+    """Top-level keys of an object document that are not in ``KNOWN_KEYS`` (a cheap scan: values are
+    skipped, not decoded)."""
+    return sorted(k for k in _KEYS_DECODER.decode(data) if k not in KNOWN_KEYS)
 
 
 _DOC_DECODER = msgspec.json.Decoder(_Doc)
@@ -114,6 +133,7 @@ def decode(data: bytes, path: str) -> Document:
         doc.distributedInfo or {},
         doc.displayTimeUnit,
         doc.baseTimeNanoseconds,
+        unknown_keys(data),
     )
 
 
@@ -127,6 +147,7 @@ def top_level(data: bytes) -> Document:
         doc.distributedInfo or {},
         doc.displayTimeUnit,
         doc.baseTimeNanoseconds,
+        unknown_keys(data),
     )
 
 
@@ -227,4 +248,5 @@ def _decode_lenient(data: bytes, path: str) -> Document:
         dist if isinstance(dist, dict) else {},
         unit if isinstance(unit, str) else None,
         base if isinstance(base, int) and not isinstance(base, bool) else None,
+        sorted(k for k in top if k not in KNOWN_KEYS),
     )

@@ -157,3 +157,4 @@ def _top_level(head: bytes, rest: bytes, doc: Document) -> None:
         raise NotStreamable(str(exc)) from None
     doc.device_properties, doc.distributed_info = facts.device_properties, facts.distributed_info
     doc.display_time_unit, doc.base_time_ns = facts.display_time_unit, facts.base_time_ns
+    doc.unknown_keys = facts.unknown_keys

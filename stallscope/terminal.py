@@ -85,6 +85,9 @@ def _ignored(a: Analysis) -> list[str]:
         parts.append(
             "unknown phases " + ", ".join(f"{p!r} x{n}" for p, n in sorted(r.unknown_phases.items()))
         )
+    if r.unknown_keys:
+        keys = ", ".join(r.unknown_keys[:4]) + (", ..." if len(r.unknown_keys) > 4 else "")
+        parts.append(f"{len(r.unknown_keys)} unknown top-level keys, not read ({keys})")
     if r.unpaired_flows:
         parts.append(
             f"{r.unpaired_flows:,} launch-flow ends without a partner (ignored: links use correlation ids)"

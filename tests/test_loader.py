@@ -776,3 +776,20 @@ def test_load_of_a_missing_path_raises_trace_error(tmp_path: Path) -> None:
     with pytest.raises(TraceError) as info:
         load(tmp_path / "nope.json")
     assert info.value.problem == "no such file or directory"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole-document", "streaming"])
+def test_unknown_top_level_keys_are_counted_not_fatal(
+    write_trace: WriteTrace, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest, stream: bool
+) -> None:
+    # GIVEN a trace with top-level keys stallscope does not read, before and after the event list
+    doc = minimal_trace()
+    doc = {"tw_job": "x", **doc, "host_name": "h", "traceName": "t", "with_stack": True}
+    monkeypatch.setattr(analyzer.loader, "_STREAM_MIN_BYTES", 0 if stream else 1 << 40)
+    if stream:
+        request.getfixturevalue("no_whole_document_decode")  # prove the streaming path read it
+    # WHEN loaded
+    m = load_one(write_trace(doc), use_cache=False)
+    # THEN the unknown ones are listed, the known ones are not, and the events load as usual
+    assert m.report.unknown_keys == ("host_name", "tw_job")
+    assert m.event_count == len([e for e in minimal_trace()["traceEvents"] if e["ph"] in ("X", "i")])
