@@ -182,8 +182,10 @@ def _batches(raws: list[msgspec.Raw]) -> Iterator[Batch]:
         buf = b"[" + b",".join(chunk) + b"]"
         try:
             yield Batch(_BATCH_DECODER.decode(buf))
-        except (msgspec.ValidationError, UnicodeDecodeError):
-            yield _convert_each(chunk)  # one by one: a bad event is skipped, not the batch
+        except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError):
+            # each slice is well-formed JSON (the split checked it): the trouble is inside one event
+            # (wrong type, bad UTF-8, number out of range). One by one: only the bad event is skipped.
+            yield _convert_each(chunk)
     raws.clear()  # release the slices (and with them the document's bytes) as soon as possible
 
 
@@ -217,7 +219,7 @@ def _wrong_type(message: str) -> str:
 
 def _undecodable(exc: Exception) -> str:
     """'Number out of range - at `$[...]`' -> 'event: number out of range'."""
-    if isinstance(exc, UnicodeDecodeError):
+    if isinstance(exc, UnicodeDecodeError) or "utf-8" in str(exc).lower():  # msgspec >= 0.23 says so itself
         return "event: not UTF-8 text"
     return "event: " + str(exc).split(" - at ", 1)[0].lower()
 
