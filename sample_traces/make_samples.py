@@ -22,50 +22,58 @@ from collector import scenarios as sc  # noqa: E402
 
 Build = Callable[[sc.WhatIf], sc.Scenario]
 
-#: file name -> (builder taking the what-if knobs, parameters for the record, one-line description)
-SAMPLES: dict[str, tuple[Build, dict[str, Any], str]] = {
-    "worked_example_serial.pt.trace.json.gz": (
-        lambda w: sc.worked_example(2, 6, 3, pipelined=False, whatif=w),
+#: file name -> (builder taking the what-if knobs, the parameters it was built with, one-line description)
+Sample = tuple[Build, dict[str, Any], str]
+
+
+def _sample(scenario: Callable[..., sc.Scenario], params: dict[str, Any], about: str) -> Sample:
+    """The parameters are recorded exactly as they are passed: one source for both."""
+    return (lambda w: scenario(**params, whatif=w)), params, about
+
+
+SAMPLES: dict[str, Sample] = {
+    "worked_example_serial.pt.trace.json.gz": _sample(
+        sc.worked_example,
         {"prep_ms": 2, "gpu_ms": 6, "batches": 3, "pipelined": False},
         "DESIGN.md worked example, serial: prep 2 ms, 6 ms of kernels, torch.cuda.synchronize() every batch.",
     ),
-    "worked_example_pipelined.pt.trace.json.gz": (
-        lambda w: sc.worked_example(2, 6, 3, pipelined=True, whatif=w),
+    "worked_example_pipelined.pt.trace.json.gz": _sample(
+        sc.worked_example,
         {"prep_ms": 2, "gpu_ms": 6, "batches": 3, "pipelined": True},
         "DESIGN.md worked example, pipelined: no sync in the loop, one final synchronize.",
     ),
-    "worked_example_hostbound.pt.trace.json.gz": (
-        lambda w: sc.worked_example(8, 6, 3, pipelined=True, whatif=w),
+    "worked_example_hostbound.pt.trace.json.gz": _sample(
+        sc.worked_example,
         {"prep_ms": 8, "gpu_ms": 6, "batches": 3, "pipelined": True},
         "DESIGN.md worked example with P=8 ms > G=6 ms, pipelined: host-bound.",
     ),
-    "launch_bound.pt.trace.json.gz": (
-        lambda w: sc.launch_bound_loop(whatif=w),
+    "launch_bound.pt.trace.json.gz": _sample(
+        sc.launch_bound_loop,
         {"steps": 4, "kernels_per_step": 40, "kernel_us": 3, "op_self_us": 25},
         "160 tiny 3 µs kernels, ~32 µs of host time per launch: low utilization, host-bound.",
     ),
-    "item_in_loop.pt.trace.json.gz": (
-        lambda w: sc.item_in_loop(whatif=w),
+    "item_in_loop.pt.trace.json.gz": _sample(
+        sc.item_in_loop,
         {"steps": 4, "fwd_us": 400, "bwd_us": 800, "log_us": 200},
         "loss.item() every step inside train.py(42): train_step (repeated scalar_read sync).",
     ),
-    "pageable_copy_loop.pt.trace.json.gz": (
-        lambda w: sc.pageable_copy_loop(whatif=w),
+    "pageable_copy_loop.pt.trace.json.gz": _sample(
+        sc.pageable_copy_loop,
         {"steps": 4, "copy_us": 250, "kernel_us": 500},
         "x.to('cuda', non_blocking=True) from pageable memory every step: a sync in disguise.",
     ),
-    "input_bound.pt.trace.json.gz": (
-        lambda w: sc.input_bound(whatif=w),
+    "input_bound.pt.trace.json.gz": _sample(
+        sc.input_bound,
         {"steps": 4, "load_us": 3000, "copy_us": 100, "kernel_us": 300},
         "3 ms of single-process data loading per step for 1 ms of device work: input-bound.",
     ),
-    "multistream_overlap.pt.trace.json.gz": (
-        lambda w: sc.multistream_overlap(whatif=w),
+    "multistream_overlap.pt.trace.json.gz": _sample(
+        sc.multistream_overlap,
         {"steps": 4, "copy_us": 400, "kernel_us": 300},
         "Compute on stream 7, prefetch copies on stream 20, cudaStreamWaitEvent; final cudaEventSynchronize.",
     ),
-    "clean_pipeline.pt.trace.json.gz": (
-        lambda w: sc.clean_pipeline(whatif=w),
+    "clean_pipeline.pt.trace.json.gz": _sample(
+        sc.clean_pipeline,
         {"steps": 5, "kernels": 5, "kernel_us": 300, "op_self_us": 40},
         "Well pipelined, no sync in the loop, one final synchronize: zero avoidable syncs, device-bound.",
     ),
