@@ -28,7 +28,7 @@ def render(a: Analysis) -> str:
         f"  lanes     {hosts} host thread{'s' * (hosts != 1)}, {streams} device stream{'s' * (streams != 1)}"
     )
     basis = (
-        f"{len(a.steps)} profiled steps"
+        f"{len(a.steps)} profiled step{'s' * (len(a.steps) != 1)}"
         if a.window.basis.value == "steps"
         else "first to last event (no ProfilerStep#)"
     )
