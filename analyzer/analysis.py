@@ -6,14 +6,21 @@ Semantics follow DESIGN.md §4 (window, device busy/idle, steps).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 
 import numpy as np
 
 from analyzer import intervals
+from analyzer.critical import CriticalPath, critical_path
+from analyzer.gaps import MIN_GAP_US, Cause, Gap, find_gaps
+from analyzer.graph import Graph, build_graph
+from analyzer.inputs import input_intervals, main_thread
 from analyzer.model import F64, LoadReport, TraceModel, TraceSet
 from analyzer.names import ApiKind, EventKind, memcpy_is_async
+from analyzer.pipeline import Pipeline, pipeline_model
+from analyzer.replay import Scenario, make_frame
+from analyzer.whatif import AvoidablePolicy, WhatIfReport, device_wide_syncs_in_steps, what_if
 
 SCHEMA = "stallscope.analysis/1"
 
@@ -70,6 +77,14 @@ class Summary:
 
 
 @dataclass(frozen=True)
+class Options:
+    """Analysis settings (DESIGN.md §4 defaults)."""
+
+    min_gap_us: float = MIN_GAP_US
+    avoidable: AvoidablePolicy = device_wide_syncs_in_steps  # which blocking calls no_avoidable_syncs drops
+
+
+@dataclass(frozen=True)
 class Analysis:
     model: TraceModel
     window: Window
@@ -77,6 +92,14 @@ class Analysis:
     devices: tuple[DeviceUsage, ...]
     steps: tuple[StepStats, ...]
     summary: Summary
+    graph: Graph | None = None
+    critical: CriticalPath | None = None
+    gaps: tuple[Gap, ...] = ()
+    idle_by_cause: dict[Cause, float] = field(default_factory=dict)
+    bubble_us: dict[int, float] = field(default_factory=dict)  # graph call index -> idle charged to it
+    whatif: WhatIfReport | None = None
+    pipeline: Pipeline | None = None
+    options: Options = field(default_factory=Options)
     ranks: tuple[int, ...] = ()
     per_rank: dict[int, Summary] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
@@ -175,31 +198,76 @@ def summarize(
     return (main.id if main else None), summary
 
 
-def analyze_model(model: TraceModel) -> Analysis:
-    """Run every pass on one rank's model."""
+def analyze_model(model: TraceModel, options: Options | None = None) -> Analysis:
+    """Run every pass on one rank's model: window, device usage, steps, the dependency graph, the critical
+    path, gaps and their causes, what-if replays and the pipeline model."""
+    opts = options or Options()
     window = find_window(model)
     devices = device_usage(model, window)
     main, summary = summarize(model, window, devices)
     steps = step_stats(model, main, window)
-    return Analysis(model, window, main, devices, steps, summary)
+    graph = build_graph(model)
+    inputs = input_intervals(model)
+    lane = main_thread(model, graph)
+    frame = make_frame(graph, window.start_us, window.end_us, lane, inputs)
+    critical = critical_path(graph, window.start_us, window.end_us, lane, inputs)
+    gaps: list[Gap] = []
+    idle: dict[Cause, float] = {c: 0.0 for c in Cause}
+    bubbles: dict[int, float] = {}
+    for d in devices:
+        report = find_gaps(
+            model,
+            graph,
+            d.id,
+            busy_intervals(model, d.id, window),
+            window.start_us,
+            window.end_us,
+            inputs,
+            opts.min_gap_us,
+        )
+        gaps.extend(report.gaps)
+        if d.id == main:
+            idle = report.idle_by_cause
+            bubbles = report.bubble_us
+    whatif = what_if(model, graph, frame, opts.avoidable)
+    notes: tuple[str, ...] = ()
+    if whatif.replay_error > 0.01:
+        notes = (
+            f"the unchanged replay is {whatif.replay_error:.1%} off the recorded makespan: what-if figures are rough",
+        )
+    saving = max(whatif.saving(Scenario.NO_AVOIDABLE_SYNCS), whatif.saving(Scenario.INPUT_OVERLAPPED), 0.0)
+    summary = replace(
+        summary,
+        critical_path_us=critical.length_us,
+        bottleneck=critical.bottleneck.value,
+        est_saving_us=saving,
+    )
+    pipe = pipeline_model(model, graph, main, [s.host_sync_wait_us for s in steps])
+    return Analysis(
+        model,
+        window,
+        main,
+        devices,
+        steps,
+        summary,
+        graph,
+        critical,
+        tuple(gaps),
+        idle,
+        bubbles,
+        whatif,
+        pipe,
+        opts,
+        notes=notes,
+    )
 
 
-def analyze(traces: TraceSet, rank: int | None = None) -> Analysis:
+def analyze(traces: TraceSet, rank: int | None = None, options: Options | None = None) -> Analysis:
     """Analyse the chosen rank (default: the lowest) and summarise every rank of the set."""
     model = traces.for_rank(rank)
-    result = analyze_model(model)
+    result = analyze_model(model, options)
     per_rank = {
-        r: (result.summary if m is model else analyze_model(m).summary)
+        r: (result.summary if m is model else analyze_model(m, options).summary)
         for r, m in zip(traces.ranks, traces.models, strict=True)
     }
-    return Analysis(
-        result.model,
-        result.window,
-        result.main_device,
-        result.devices,
-        result.steps,
-        result.summary,
-        ranks=tuple(traces.ranks),
-        per_rank=per_rank,
-        notes=traces.notes,
-    )
+    return replace(result, ranks=tuple(traces.ranks), per_rank=per_rank, notes=traces.notes + result.notes)

@@ -6,6 +6,7 @@ from dataclasses import asdict
 from typing import Any
 
 from analyzer.analysis import SCHEMA, Analysis, Summary
+from analyzer.gaps import Gap
 
 
 def _summary(s: Summary) -> dict[str, Any]:
@@ -59,12 +60,53 @@ def to_json(a: Analysis) -> dict[str, Any]:
             }
             for d in a.devices
         ],
-        "critical_path": None,
-        "gaps": [],
+        "critical_path": _critical(a),
+        "gaps": [_gap(a, g) for g in a.gaps],
         "syncs": [],
         "findings": [],
         "steps": [asdict(s) for s in a.steps],
-        "whatif": [],
-        "pipeline": None,
+        "whatif": [
+            {"scenario": w.scenario.value, "predicted_wall_us": w.predicted_wall_us, "saving_us": w.saving_us}
+            for w in (a.whatif.results if a.whatif else ())
+        ],
+        "pipeline": asdict(a.pipeline) if a.pipeline else None,
+        "idle_by_cause_us": {c.value: v for c, v in a.idle_by_cause.items()},
         "per_rank": [{"rank": r, "summary": _summary(s)} for r, s in sorted(a.per_rank.items())],
+    }
+
+
+def _critical(a: Analysis) -> dict[str, Any] | None:
+    cp = a.critical
+    if cp is None:
+        return None
+    m = a.model
+    return {
+        "length_us": cp.length_us,
+        "breakdown_us": {k.value: v for k, v in cp.breakdown_us.items()},
+        "bottleneck": cp.bottleneck.value,
+        "segments": [
+            {
+                "kind": s.kind.value,
+                "lane": m.lanes[s.lane].label,
+                "name": m.name_of(s.event) if s.event >= 0 else "",
+                "start_us": s.start_us,
+                "end_us": s.end_us,
+            }
+            for s in cp.segments
+        ],
+    }
+
+
+def _gap(a: Analysis, g: Gap) -> dict[str, Any]:
+    site = g.call_site
+    return {
+        "device": g.device,
+        "start_us": g.start_us,
+        "end_us": g.end_us,
+        "dur_us": g.dur_us,
+        "cause": g.cause.value,
+        "detail": g.detail,
+        "call_site": {"file": site.file, "line": site.line, "function": site.function} if site else None,
+        "sync_id": None,  # filled once syncs are classified (grouped per user-level operation)
+        "charged_us": g.charged_us,
     }

@@ -5,34 +5,99 @@ from __future__ import annotations
 from analyzer.analysis import Analysis
 from analyzer.model import LaneKind
 
-_MAX_STEP_ROWS = 8
+_MAX_STEP_ROWS = 4
 
 
 def ms(us: float) -> str:
     return f"{us / 1000:,.2f} ms" if abs(us) >= 1000 else f"{us:,.1f} us"
 
 
+_VERDICT = {
+    "device": "device-bound: the GPU is the critical resource",
+    "host": "host-bound: the host did not feed the GPU fast enough",
+    "input": "input-bound: data loading held the loop back",
+    "sync": "sync-bound: the host kept waiting for the GPU",
+    "launch": "launch-bound: launch latency dominates",
+    "idle": "stalled: the critical path is mostly idle waiting",
+}
+
+
 def render(a: Analysis) -> str:
+    """Verdict first (bottleneck, utilization, idle by cause, best saving), then the what-if table, the
+    pipeline model and the trace facts: about 20 lines for a typical trace."""
     m = a.model
-    lines = []
-    rank = (
-        ""
-        if m.rank is None
-        else f", rank {m.rank}" + (f" of {len(a.ranks)} ranks" if len(a.ranks) > 1 else "")
+    lines = [f"stallscope: {m.path}"]
+    lines.extend(_verdict(a))
+    lines.extend(_whatif(a))
+    if a.pipeline:
+        p = a.pipeline
+        lines.append(
+            f"  pipeline  P {ms(p.host_prep_us)} host, G {ms(p.device_us)} device, n {p.batches}: "
+            f"serial {ms(p.serial_us)}, pipelined {ms(p.pipelined_us)} ({p.bottleneck} is the slower stage)"
+        )
+    lines.extend(_trace(a))
+    lines.extend(_steps(a))
+    if len(a.per_rank) > 1:
+        utils = ", ".join(f"{r}: {s.device_utilization:.0%}" for r, s in sorted(a.per_rank.items()))
+        lines.append(f"  ranks     utilization by rank  {utils}")
+    lines.extend(_ignored(a))
+    return "\n".join(lines)
+
+
+def _verdict(a: Analysis) -> list[str]:
+    s = a.summary
+    if a.critical is None or s.bottleneck is None:
+        return []
+    share = a.critical.breakdown_us[a.critical.bottleneck] / max(a.critical.length_us, 1e-9)
+    gpu = (
+        f"GPU {a.main_device} utilization {s.device_utilization:.1%}"
+        if a.main_device is not None
+        else "no GPU work"
     )
-    lines.append(f"stallscope: {m.path}")
-    lines.append(f"  trace     {m.event_count:,} events ({m.format}{rank})")
+    out = [f"  verdict   {_VERDICT[s.bottleneck]} ({share:.0%} of the critical path); {gpu}"]
+    idle = sorted(((v, c.value) for c, v in a.idle_by_cause.items() if v > 0), reverse=True)
+    if idle:
+        parts = ", ".join(f"{name} {ms(v)}" for v, name in idle)
+        out.append(f"            device idle {ms(s.device_idle_us)} in the window; gaps by cause: {parts}")
+    saving = s.est_saving_us or 0.0
+    wall = a.whatif.replayed_wall_us if a.whatif else a.window.dur_us
+    if saving > 0 and a.whatif:
+        best = max(a.whatif.results[:1] + a.whatif.results[4:], key=lambda w: w.saving_us)
+        out.append(
+            f"            best realistic saving {ms(saving)} ({saving / wall:.0%}) with {best.scenario.value}"
+        )
+    else:
+        out.append("            no realistic saving found from removing avoidable syncs or overlapping input")
+    return out
+
+
+def _whatif(a: Analysis) -> list[str]:
+    if a.whatif is None:
+        return []
+    w = a.whatif
+    rows = [f"  what-if   {'as recorded':<20} {ms(w.replayed_wall_us):>11}"]
+    for r in w.results:
+        pct = r.saving_us / max(w.replayed_wall_us, 1e-9)
+        rows.append(
+            f"            {r.scenario.value:<20} {ms(r.predicted_wall_us):>11}   saves {ms(r.saving_us)} ({pct:.0%})"
+        )
+    return rows
+
+
+def _trace(a: Analysis) -> list[str]:
+    m = a.model
+    rank = "" if m.rank is None else f", rank {m.rank}" + (f" of {len(a.ranks)}" if len(a.ranks) > 1 else "")
     hosts = len(m.lanes_of(LaneKind.HOST))
     streams = len(m.lanes_of(LaneKind.STREAM))
-    lines.append(
-        f"  lanes     {hosts} host thread{'s' * (hosts != 1)}, {streams} device stream{'s' * (streams != 1)}"
-    )
     basis = (
         f"{len(a.steps)} profiled step{'s' * (len(a.steps) != 1)}"
         if a.window.basis.value == "steps"
-        else "first to last event (no ProfilerStep#)"
+        else "first to last event, no ProfilerStep#"
     )
-    lines.append(f"  window    {ms(a.window.dur_us)}  ({basis})")
+    lines = [
+        f"  trace     {m.event_count:,} events ({m.format}{rank}); {hosts} host thread{'s' * (hosts != 1)}, "
+        f"{streams} stream{'s' * (streams != 1)}; window {ms(a.window.dur_us)} ({basis})"
+    ]
     if not a.devices:
         lines.append("  device    none: no kernels, copies or memsets in this trace (host-only profile)")
     for d in a.devices:
@@ -42,12 +107,7 @@ def render(a: Analysis) -> str:
             f"utilization {d.utilization:.1%} ({d.activities:,} kernels/copies)"
         )
     lines.append(f"  host sync {ms(a.summary.host_sync_wait_us)} blocked in synchronizing calls")
-    lines.extend(_steps(a))
-    if len(a.per_rank) > 1:
-        utils = ", ".join(f"{r}: {s.device_utilization:.0%}" for r, s in sorted(a.per_rank.items()))
-        lines.append(f"  ranks     utilization by rank  {utils}")
-    lines.extend(_ignored(a))
-    return "\n".join(lines)
+    return lines
 
 
 def _steps(a: Analysis) -> list[str]:

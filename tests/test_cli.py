@@ -70,12 +70,19 @@ def test_human_summary(capsys: pytest.CaptureFixture[str]) -> None:
     # WHEN analysed without options
     assert main(["analyze", str(SAMPLE)]) == 0
     out, err = capsys.readouterr()
-    # THEN the summary says events, lanes, window, utilization and the steps, and stderr stays quiet
+    # THEN the summary leads with the verdict, then says events, lanes, window, utilization and the steps,
+    # and stderr stays quiet
     events = load(SAMPLE).models[0].event_count
-    assert f"  trace     {events:,} events (json.gz, rank 0)" in out
-    assert "  lanes     1 host thread, 1 device stream" in out
-    assert "  window    16.02 ms  (4 profiled steps)" in out
+    lines = out.splitlines()
+    assert lines[1].startswith("  verdict   device-bound: the GPU is the critical resource")
+    assert "GPU 0 utilization 89.9%" in lines[1]
+    assert lines[4].split()[:3] == ["what-if", "as", "recorded"]
+    assert (
+        f"  trace     {events:,} events (json.gz, rank 0); 1 host thread, 1 stream; "
+        "window 16.02 ms (4 profiled steps)"
+    ) in lines
     assert "NVIDIA H100 80GB HBM3: busy 14.41 ms, idle 1.61 ms, utilization 89.9%" in out
+    assert len(lines) <= 21
     assert "  steps     name" in out
     assert [line.split()[0] for line in out.splitlines() if "ProfilerStep#" in line] == [
         f"ProfilerStep#{n}" for n in range(1, 5)

@@ -1,0 +1,374 @@
+"""The dependency graph between host threads and device streams, as flat arrays.
+
+Nodes are the *scheduling* events: outermost host API calls (launches, copies, syncs, event records and
+waits) and device activities (kernels, copies, memsets). Edges (DESIGN.md §4), all forward in time:
+
+- host program order: each call starts ``gap`` after the previous call on its thread ended (the gap is the
+  host's own work, profiled or not);
+- launch -> device start: an activity starts ``latency`` after its launch call started (the unqueued value);
+- stream order: an activity starts after the previous activity on its stream ended (``queue_gap`` later);
+- event record -> stream wait: an activity starts after the activity its stream waits for ended;
+- device end -> sync return: a blocking call returns ``ret`` after the activities it waits for ended
+  (device/stream/event synchronize, synchronous copies, copies to or from pageable memory).
+
+Other host API calls are host work inside the gaps. ``check`` verifies that every edge goes forward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+import numpy as np
+import numpy.typing as npt
+
+from analyzer.model import F64, I64, NO_ID, Mask, TraceModel
+from analyzer.names import ACTIVITY_KINDS, ApiKind, EventKind, memcpy_is_async
+
+SYNC_OWN_US = 5.0  # host cost of a blocking call that waited: not observable, assumed small
+DEFAULT_LATENCY_US = 5.0  # launch latency when none can be measured
+_SCHEDULING = (
+    ApiKind.LAUNCH,
+    ApiKind.GRAPH_LAUNCH,
+    ApiKind.MEMCPY,
+    ApiKind.MEMSET,
+    ApiKind.SYNC_DEVICE,
+    ApiKind.SYNC_STREAM,
+    ApiKind.SYNC_EVENT,
+    ApiKind.EVENT_RECORD,
+    ApiKind.STREAM_WAIT,
+)
+
+
+class Blocking(IntEnum):
+    NO = 0
+    DEVICE = 1  # device-wide synchronize
+    STREAM = 2
+    EVENT = 3
+    COPY = 4  # synchronous copy, or an async copy made synchronous by pageable memory
+
+
+@dataclass(frozen=True)
+class Graph:
+    """Host calls (``call_*``, sorted by thread then start) and device activities (``act_*``, sorted by
+    stream then start). Indices in ``*_event`` point into the model's event table."""
+
+    call_event: I64
+    call_lane: I64
+    call_start: F64
+    call_end: F64
+    call_gap: F64  # host time since the previous call on the thread ended (or the thread's first event)
+    call_prev: I64  # previous call on the same thread, -1 for the first
+    call_blocking: I64  # Blocking
+    call_own: F64  # the call's own host time (its duration, or SYNC_OWN_US when it waited)
+    call_ret: F64  # time from the awaited completion to the return (blocking calls)
+    call_waits: tuple[tuple[int, ...], ...]  # activities a blocking call waits for
+    call_awaited: F64  # observed completion of what it waits for (-inf when nothing)
+    act_event: I64
+    act_lane: I64
+    act_device: I64
+    act_start: F64
+    act_end: F64
+    act_call: I64  # launching call (-1: launched before the profile or not linked)
+    act_prev: I64  # previous activity on the same stream
+    act_latency: F64  # unqueued launch latency
+    act_queue_gap: F64  # start minus previous end on the stream (the stream-order edge's weight)
+    act_waits: tuple[tuple[int, ...], ...]  # activities this one waits for (event record -> stream wait)
+    thread_anchor: dict[int, float]  # first event start per host thread (gap of its first call)
+
+    @property
+    def calls(self) -> int:
+        return len(self.call_event)
+
+    @property
+    def activities(self) -> int:
+        return len(self.act_event)
+
+    def waited(self) -> F64:
+        """Observed time each call spent waiting (0 for calls that did not block)."""
+        return np.maximum(0.0, np.minimum(self.call_awaited, self.call_end) - self.call_start)
+
+
+def build_graph(model: TraceModel) -> Graph:
+    """Extract the scheduling graph from the model: vectorised, with Python loops only over blocking
+    calls and stream waits."""
+    ev = model.events
+    acts = _activities(model)
+    calls, call_of_event = _calls(model)
+    act_call = _launching_call(model, acts, call_of_event)
+    act_lane = ev.lane[acts].astype(np.int64)
+    act_start, act_end = ev.ts[acts], ev.end[acts]
+    act_prev = _previous_in_group(act_lane)
+    call_lane = ev.lane[calls].astype(np.int64)
+    call_start, call_end = ev.ts[calls], ev.end[calls]
+    call_prev = _previous_in_group(call_lane)
+    anchors = _thread_anchors(model)
+    first = np.array([anchors[int(lane)] for lane in call_lane], dtype=np.float64)
+    call_gap = call_start - np.where(call_prev >= 0, call_end[np.maximum(call_prev, 0)], first)
+    act_device = np.array([model.lanes[int(lane)].device for lane in act_lane], dtype=np.int64)
+    latency, queue_gap = _latencies(act_call, act_prev, act_start, act_end, call_start, act_device)
+    issue = _IssueOrder(
+        model, act_lane, np.where(act_call >= 0, call_start[np.maximum(act_call, 0)], act_start)
+    )
+    blocking, waits = _blocking(model, calls, acts, act_call, act_lane, issue)
+    awaited = np.array([max((float(act_end[a]) for a in w), default=-np.inf) for w in waits])
+    waited = awaited > call_start
+    duration = call_end - call_start
+    call_own = np.where(waited, np.minimum(duration, SYNC_OWN_US), duration)
+    with np.errstate(invalid="ignore"):
+        ret = np.where(waited, call_end - awaited, np.minimum(call_end - awaited, 0.0))
+    ret = np.where(np.isfinite(ret), ret, 0.0)
+    return Graph(
+        call_event=calls,
+        call_lane=call_lane,
+        call_start=call_start,
+        call_end=call_end,
+        call_gap=call_gap,
+        call_prev=call_prev,
+        call_blocking=blocking,
+        call_own=call_own,
+        call_ret=ret,
+        call_waits=waits,
+        call_awaited=awaited,
+        act_event=acts,
+        act_lane=act_lane,
+        act_device=act_device,
+        act_start=act_start,
+        act_end=act_end,
+        act_call=act_call,
+        act_prev=act_prev,
+        act_latency=latency,
+        act_queue_gap=queue_gap,
+        act_waits=_stream_waits(model, len(acts), issue),
+        thread_anchor=anchors,
+    )
+
+
+def _by_lane(model: TraceModel, mask: Mask) -> I64:
+    """Indices of the events in ``mask``, sorted by lane, then time (the table is sorted by time)."""
+    idx = np.flatnonzero(mask)
+    return idx[np.argsort(model.events.lane[idx], kind="stable")].astype(np.int64)
+
+
+def _activities(model: TraceModel) -> I64:
+    ev = model.events
+    on_device = np.array([lane.on_device for lane in model.lanes], dtype=np.bool_)
+    return _by_lane(model, ev.is_kind(*ACTIVITY_KINDS) & on_device[ev.lane])
+
+
+def _calls(model: TraceModel) -> tuple[I64, I64]:
+    """Outermost scheduling API calls on host threads, and an event -> call index map (-1 elsewhere)."""
+    ev = model.events
+    host = np.array([not lane.on_device for lane in model.lanes], dtype=np.bool_)[ev.lane]
+    is_api = ev.is_kind(EventKind.RUNTIME, EventKind.DRIVER) & host
+    launched = np.zeros(len(ev), dtype=np.bool_)
+    launched[ev.launch[ev.launch >= 0]] = True
+    wanted = is_api & (np.isin(ev.api, [int(k) for k in _SCHEDULING]) | launched)
+    inner = np.zeros(len(ev), dtype=np.bool_)
+    up = ev.parent.copy()
+    for _ in range(64):  # an API call nested in another (a driver call inside a runtime call) is not a node
+        live = up >= 0
+        if not live.any():
+            break
+        inner[live] |= is_api[up[live]]
+        up[live] = ev.parent[up[live]]
+    calls = _by_lane(model, wanted & ~inner)
+    call_of_event = np.full(len(ev), NO_ID, dtype=np.int64)
+    call_of_event[calls] = np.arange(len(calls))
+    return calls, call_of_event
+
+
+def _launching_call(model: TraceModel, acts: I64, call_of_event: I64) -> I64:
+    """The call node that launched each activity: the launch event, or its outermost API ancestor."""
+    ev = model.events
+    at = ev.launch[acts].copy()
+    out = np.where(at >= 0, call_of_event[np.maximum(at, 0)], NO_ID)
+    for _ in range(64):
+        todo = (out < 0) & (at >= 0)
+        if not todo.any():
+            break
+        at[todo] = ev.parent[at[todo]]
+        out[todo] = np.where(at[todo] >= 0, call_of_event[np.maximum(at[todo], 0)], NO_ID)
+    return out
+
+
+def _previous_in_group(group: I64) -> I64:
+    prev = np.arange(len(group), dtype=np.int64) - 1
+    if len(group):
+        prev[0] = NO_ID
+        prev[1:][group[1:] != group[:-1]] = NO_ID
+    return prev
+
+
+def _thread_anchors(model: TraceModel) -> dict[int, float]:
+    ev = model.events
+    out: dict[int, float] = {}
+    for lane in model.lanes:
+        if not lane.on_device:
+            on = np.flatnonzero(ev.lane == lane.id)
+            if len(on):
+                out[lane.id] = float(ev.ts[on[0]])
+    return out
+
+
+def _latencies(
+    act_call: I64, act_prev: I64, start: F64, end: F64, call_start: F64, device: I64
+) -> tuple[F64, F64]:
+    """Launch latency (its unqueued value) and stream-order gap of each activity, chosen so that
+    ``start == max(call start + latency, previous end + queue gap)`` holds exactly for the recorded trace."""
+    linked = act_call >= 0
+    issued = np.where(linked, call_start[np.maximum(act_call, 0)], start)
+    has_prev = act_prev >= 0
+    prev_end = np.where(has_prev, end[np.maximum(act_prev, 0)], -np.inf)
+    observed = start - issued
+    idle_at_launch = linked & (prev_end < issued) & (observed >= 0)
+    typical = np.full(len(start), DEFAULT_LATENCY_US)
+    for d in np.unique(device):
+        sample = observed[idle_at_launch & (device == d)]
+        if len(sample):
+            typical[device == d] = float(np.median(sample))
+    queued = linked & has_prev & (prev_end > issued + typical)
+    latency = np.where(queued, np.minimum(typical, observed), observed)
+    with np.errstate(invalid="ignore"):
+        queue_gap = np.where(queued, start - prev_end, np.minimum(0.0, start - prev_end))
+    return np.where(linked, latency, 0.0), np.where(has_prev, queue_gap, 0.0)
+
+
+class _IssueOrder:
+    """Activities of each stream in issue order (their launch call's start), for 'the last activity issued
+    on stream S before time t' - what a synchronize or an event record refers to."""
+
+    def __init__(self, model: TraceModel, act_lane: I64, issued: F64) -> None:
+        self._lane_of = {(lane.device, lane.stream): lane.id for lane in model.lanes if lane.on_device}
+        self._streams: dict[int, tuple[F64, I64]] = {}
+        for lane in np.unique(act_lane).tolist():
+            idx = np.flatnonzero(act_lane == lane)
+            order = np.argsort(issued[idx], kind="stable")
+            self._streams[lane] = (issued[idx][order], idx[order].astype(np.int64))
+        self.device_lanes: dict[int, list[int]] = {}
+        for lane in self._streams:
+            self.device_lanes.setdefault(model.lanes[lane].device, []).append(lane)
+
+    def lane(self, device: int, stream: int) -> int | None:
+        return self._lane_of.get((device, stream))
+
+    def last_before(self, lane: int | None, t: float) -> int:
+        if lane is None or lane not in self._streams:
+            return NO_ID
+        times, idx = self._streams[lane]
+        k = int(np.searchsorted(times, t, side="left")) - 1
+        return int(idx[k]) if k >= 0 else NO_ID
+
+    def first_after(self, lane: int | None, t: float) -> int:
+        if lane is None or lane not in self._streams:
+            return NO_ID
+        times, idx = self._streams[lane]
+        k = int(np.searchsorted(times, t, side="right"))
+        return int(idx[k]) if k < len(idx) else NO_ID
+
+
+def _sync_records(model: TraceModel) -> dict[int, int]:
+    """Host call event -> its ``cuda_sync`` device record (which names the stream/event waited on)."""
+    ev = model.events
+    rec = np.flatnonzero((ev.kind == EventKind.SYNC) & (ev.launch >= 0))
+    return dict(zip(ev.launch[rec].tolist(), rec.tolist(), strict=True))
+
+
+def _blocking(
+    model: TraceModel, calls: I64, acts: I64, act_call: I64, act_lane: I64, issue: _IssueOrder
+) -> tuple[I64, tuple[tuple[int, ...], ...]]:
+    """Which calls block, and on which activities (the last issued on the stream/device/event before)."""
+    ev = model.events
+    kinds = np.full(len(calls), Blocking.NO, dtype=np.int64)
+    waits: list[tuple[int, ...]] = [()] * len(calls)
+    records = _sync_records(model)
+    record_calls = {int(ev.correlation[e]): int(e) for e in calls[ev.api[calls] == ApiKind.EVENT_RECORD]}
+    acts_of_call: dict[int, list[int]] = {}
+    for a, c in enumerate(act_call.tolist()):
+        if c >= 0:
+            acts_of_call.setdefault(c, []).append(a)
+    main_device = _main_device(model, act_lane)
+    candidates = np.flatnonzero(
+        np.isin(ev.api[calls], [ApiKind.SYNC_DEVICE, ApiKind.SYNC_STREAM, ApiKind.SYNC_EVENT, ApiKind.MEMCPY])
+    )
+    for c in candidates.tolist():
+        e = int(calls[c])
+        api = ApiKind(int(ev.api[e]))
+        start = float(ev.ts[e])
+        record = records.get(e)
+        device = int(ev.device[record]) if record is not None and ev.device[record] >= 0 else main_device
+        kind: Blocking = Blocking.NO
+        on: tuple[int, ...] = ()
+        if api == ApiKind.MEMCPY:
+            mine = acts_of_call.get(c, [])
+            pageable = any("Pageable" in model.name_of(int(acts[a])) for a in mine)
+            if mine and (pageable or not memcpy_is_async(model.name_of(e))):
+                kind, on = Blocking.COPY, tuple(mine)
+        elif api == ApiKind.SYNC_STREAM:
+            if record is not None:
+                lane = issue.lane(device, int(ev.stream[record]))
+            else:
+                lane = _last_launched_lane(c, calls, ev.lane, acts_of_call, act_lane)
+            kind, on = Blocking.STREAM, (issue.last_before(lane, start),)
+        elif api == ApiKind.SYNC_EVENT and record is not None:
+            recorded = record_calls.get(int(ev.wait_corr[record]))
+            if recorded is not None and ev.wait_stream[record] >= 0:
+                lane = issue.lane(device, int(ev.wait_stream[record]))
+                kind, on = Blocking.EVENT, (issue.last_before(lane, float(ev.ts[recorded])),)
+        if api == ApiKind.SYNC_DEVICE or (api == ApiKind.SYNC_EVENT and record is None):
+            kind = Blocking.DEVICE
+            on = tuple(issue.last_before(lane, start) for lane in issue.device_lanes.get(device, []))
+        on = tuple(a for a in on if a >= 0)
+        if on:
+            kinds[c], waits[c] = kind, on
+    return kinds, tuple(waits)
+
+
+def _last_launched_lane(
+    c: int,
+    calls: I64,
+    lane_of_event: npt.NDArray[np.int32],
+    acts_of_call: dict[int, list[int]],
+    act_lane: I64,
+) -> int | None:
+    """Stream of the most recent activity this thread launched before call ``c`` (a stream sync without
+    a ``cuda_sync`` record does not say which stream it waits for)."""
+    thread = lane_of_event[calls[c]]
+    for back in range(c - 1, max(-1, c - 10_000), -1):
+        if lane_of_event[calls[back]] != thread:
+            return None
+        mine = acts_of_call.get(back)
+        if mine:
+            return int(act_lane[mine[-1]])
+    return None
+
+
+def _main_device(model: TraceModel, act_lane: I64) -> int:
+    if not len(act_lane):
+        return 0
+    devices = np.array([model.lanes[int(lane)].device for lane in act_lane])
+    values, counts = np.unique(devices, return_counts=True)
+    return int(values[np.argmax(counts)])
+
+
+def _stream_waits(model: TraceModel, n_acts: int, issue: _IssueOrder) -> tuple[tuple[int, ...], ...]:
+    """``Stream Wait Event`` records: the next activity issued on the waiting stream after the
+    ``cudaStreamWaitEvent`` call waits for the activity the event was recorded after."""
+    ev = model.events
+    waits: list[list[int]] = [[] for _ in range(n_acts)]
+    records = np.flatnonzero((ev.kind == EventKind.SYNC) & (ev.wait_corr >= 0) & (ev.wait_stream >= 0))
+    record_call_start = {
+        int(ev.correlation[i]): float(ev.ts[i]) for i in np.flatnonzero(ev.api == ApiKind.EVENT_RECORD)
+    }
+    for r in records.tolist():
+        if model.name_of(r) != "Stream Wait Event" or ev.launch[r] < 0:
+            continue
+        recorded_at = record_call_start.get(int(ev.wait_corr[r]))
+        if recorded_at is None:
+            continue
+        device = int(ev.device[r]) if ev.device[r] >= 0 else model.lanes[int(ev.lane[r])].device
+        event_act = issue.last_before(issue.lane(device, int(ev.wait_stream[r])), recorded_at)
+        target = issue.first_after(issue.lane(device, int(ev.stream[r])), float(ev.ts[ev.launch[r]]))
+        if event_act >= 0 and target >= 0:
+            waits[target].append(event_act)
+    return tuple(tuple(w) for w in waits)

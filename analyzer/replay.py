@@ -1,0 +1,219 @@
+"""What-if replay: re-time the dependency graph in topological order with changed costs.
+
+Each host call starts its recorded gap after the previous call on its thread ended; each activity starts at
+the latest of its launch (plus latency), the end of the previous activity on its stream and the events it
+waits for; each blocking call returns when what it waits for has finished. Changes apply inside the window
+only, so the replay of the unchanged graph reproduces the recorded times (a check the tests run).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+import numpy as np
+
+from analyzer import intervals
+from analyzer.graph import Blocking, Graph
+from analyzer.model import F64
+
+
+class Scenario(str, Enum):
+    AS_RECORDED = "as_recorded"
+    NO_AVOIDABLE_SYNCS = "no_avoidable_syncs"
+    NO_SYNCS = "no_syncs"
+    DEVICE_2X = "device_2x"
+    HOST_2X = "host_2x"
+    INPUT_OVERLAPPED = "input_overlapped"
+
+
+@dataclass(frozen=True)
+class Costs:
+    """How a scenario changes the graph inside the window."""
+
+    device_scale: float = 1.0  # every device activity's duration
+    host_scale: float = 1.0  # every host gap and call's own time
+    input_scale: float = 1.0  # host time inside data loading (0: loading moved off the critical thread)
+    no_wait: frozenset[int] = field(default_factory=frozenset)  # calls that no longer wait (work stays)
+
+
+@dataclass(frozen=True)
+class Frame:
+    """What every replay of one graph shares: the processing order, the window, what the window's end is
+    measured on, and each gap's time inside data loading. Built once, replayed many times."""
+
+    start_us: float
+    end_us: float
+    agenda: list[tuple[int, int]]  # (0 call start | 1 blocking call end | 2 activity, index)
+    call_in: list[bool]
+    act_in: list[bool]
+    gap_input: list[float]
+    main_lane: int
+    tail_call: int  # last call of the main thread ending in the window (-1: none)
+    tail_gap: float  # from that call's end to the window end
+    tail_input: float
+    window_acts: np.ndarray  # activities launched inside the window (their end bounds the makespan)
+    act_wait_offset: list[tuple[tuple[int, float], ...]]
+
+    @property
+    def recorded_end(self) -> float:
+        return self.end_us
+
+
+@dataclass(frozen=True)
+class Replay:
+    costs: Costs
+    call_start: F64
+    call_end: F64
+    act_start: F64
+    act_end: F64
+    end_us: float  # predicted end of the window's work (host anchor or device work launched in it)
+
+
+def make_frame(
+    g: Graph,
+    start_us: float,
+    end_us: float,
+    main_lane: int,
+    input_by_lane: dict[int, tuple[F64, F64]],
+) -> Frame:
+    keys = np.concatenate([g.call_start, g.call_end[g.call_blocking != Blocking.NO], g.act_start])
+    blocking = np.flatnonzero(g.call_blocking != Blocking.NO)
+    kind = np.concatenate([np.zeros(g.calls), np.ones(len(blocking)), np.full(g.activities, 2)]).astype(
+        np.int64
+    )
+    rank = np.choose(kind, [0, 2, 1])  # at one instant: call starts, then activities, then blocking ends
+    index = np.concatenate([np.arange(g.calls), blocking, np.arange(g.activities)]).astype(np.int64)
+    order = np.lexsort((rank, keys))
+    agenda = list(zip(kind[order].tolist(), index[order].tolist(), strict=True))
+    gap_start = g.call_start - g.call_gap
+    gap_input = np.zeros(g.calls)
+    for lane, (s, e) in input_by_lane.items():
+        on = np.flatnonzero(g.call_lane == lane)
+        if len(on) and len(s):
+            gap_input[on] = intervals.covered_in(s, e, gap_start[on], g.call_start[on])
+    issued = np.where(g.act_call >= 0, g.call_start[np.maximum(g.act_call, 0)], g.act_start)
+    window_acts = np.flatnonzero((issued >= start_us) & (issued <= end_us))
+    tail_call, tail_gap, tail_input = _tail(g, main_lane, end_us, input_by_lane)
+    offsets = [
+        tuple((a, min(0.0, float(g.act_start[i] - g.act_end[a]))) for a in waits)
+        for i, waits in enumerate(g.act_waits)
+    ]
+    return Frame(
+        start_us=start_us,
+        end_us=end_us,
+        agenda=agenda,
+        call_in=(g.call_start >= start_us).tolist(),
+        act_in=(issued >= start_us).tolist(),
+        gap_input=gap_input.tolist(),
+        main_lane=main_lane,
+        tail_call=tail_call,
+        tail_gap=tail_gap,
+        tail_input=tail_input,
+        window_acts=window_acts,
+        act_wait_offset=offsets,
+    )
+
+
+def _tail(
+    g: Graph, lane: int, end_us: float, input_by_lane: dict[int, tuple[F64, F64]]
+) -> tuple[int, float, float]:
+    on = np.flatnonzero((g.call_lane == lane) & (g.call_end <= end_us))
+    if not len(on):
+        return -1, 0.0, 0.0
+    last = int(on[-1])
+    s, e = input_by_lane.get(lane, (np.zeros(0), np.zeros(0)))
+    inside = (
+        float(intervals.covered_in(s, e, np.array([g.call_end[last]]), np.array([end_us]))[0])
+        if len(s)
+        else 0.0
+    )
+    return last, end_us - float(g.call_end[last]), inside
+
+
+def recorded_end(g: Graph, f: Frame) -> float:
+    """The recorded makespan's end: the window end, or later device work launched inside the window."""
+    device_end = float(g.act_end[f.window_acts].max()) if len(f.window_acts) else f.end_us
+    return max(f.end_us, device_end)
+
+
+def replay(g: Graph, f: Frame, costs: Costs) -> Replay:
+    """Re-time the graph with ``costs``. One pass over the agenda in recorded time order (a topological
+    order: every edge goes forward in time)."""
+    n_calls, n_acts = g.calls, g.activities
+    prev = g.call_prev.tolist()
+    gap = g.call_gap.tolist()
+    own = g.call_own.tolist()
+    ret = g.call_ret.tolist()
+    blocking = (g.call_blocking != Blocking.NO).tolist()
+    waits = g.call_waits
+    lanes = g.call_lane.tolist()
+    anchor = g.thread_anchor
+    c_start = g.call_start.tolist()
+    a_call = g.act_call.tolist()
+    a_prev = g.act_prev.tolist()
+    a_lat = g.act_latency.tolist()
+    a_gap = g.act_queue_gap.tolist()
+    a_start = g.act_start.tolist()
+    a_end = g.act_end.tolist()
+    a_dur = (g.act_end - g.act_start).tolist()
+    hs, ds, ins = costs.host_scale, costs.device_scale, costs.input_scale
+    no_wait = costs.no_wait
+    call_in, act_in, gap_input, offsets = f.call_in, f.act_in, f.gap_input, f.act_wait_offset
+    new_cs = [float("nan")] * n_calls
+    new_ce = [float("nan")] * n_calls
+    new_as = [0.0] * n_acts
+    new_ae = [float("nan")] * n_acts
+
+    def end_of(i: int) -> float:
+        value = new_ce[i]
+        if value == value:  # computed already
+            return value
+        mine = own[i] * hs if call_in[i] else own[i]
+        done: float = max(
+            (new_ae[a] if new_ae[a] == new_ae[a] else a_end[a] for a in waits[i]), default=-1e300
+        )
+        value = float(max(new_cs[i] + mine, done + ret[i]))
+        new_ce[i] = value
+        return value
+
+    for kind, i in f.agenda:
+        if kind == 0:
+            p = prev[i]
+            base = end_of(p) if p >= 0 else anchor.get(lanes[i], c_start[i] - gap[i])
+            gi = gap[i]
+            if call_in[i]:
+                gi = (gi - gap_input[i]) * hs + gap_input[i] * hs * ins
+            s = base + gi
+            new_cs[i] = s
+            if not blocking[i] or i in no_wait:
+                new_ce[i] = s + (own[i] * hs if call_in[i] else own[i])
+        elif kind == 1:
+            end_of(i)
+        else:
+            c = a_call[i]
+            s = new_cs[c] + a_lat[i] if c >= 0 else a_start[i]
+            if s != s:  # launch recorded after its activity started (clock skew): keep the recorded start
+                s = a_start[i]
+            p = a_prev[i]
+            if p >= 0:
+                s = max(s, new_ae[p] + a_gap[i])
+            for a, off in offsets[i]:
+                s = max(s, new_ae[a] + off)
+            new_as[i] = s
+            new_ae[i] = s + (a_dur[i] * ds if act_in[i] else a_dur[i])
+    ce = np.array([end_of(i) for i in range(n_calls)])
+    return Replay(
+        costs, np.array(new_cs), ce, np.array(new_as), np.array(new_ae), _predicted_end(f, ce, new_ae, costs)
+    )
+
+
+def _predicted_end(f: Frame, call_end: F64, act_end: list[float], costs: Costs) -> float:
+    host = f.end_us
+    if f.tail_call >= 0:
+        tail = (
+            f.tail_gap - f.tail_input
+        ) * costs.host_scale + f.tail_input * costs.host_scale * costs.input_scale
+        host = float(call_end[f.tail_call]) + tail
+    device = max((act_end[a] for a in f.window_acts.tolist()), default=host)
+    return float(max(host, device))

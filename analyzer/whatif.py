@@ -1,0 +1,73 @@
+"""What-if scenarios over the replay, and which blocking calls count as avoidable for them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from analyzer.graph import Blocking, Graph
+from analyzer.model import TraceModel
+from analyzer.replay import Costs, Frame, Scenario, recorded_end, replay
+
+#: (model, graph, window start, window end) -> graph call indices of the avoidable blocking calls
+AvoidablePolicy = Callable[[TraceModel, Graph, float, float], frozenset[int]]
+
+
+def device_wide_syncs_in_steps(model: TraceModel, g: Graph, start_us: float, end_us: float) -> frozenset[int]:
+    """Interim policy until sync classification exists: device-wide synchronizes inside a profiled step
+    are avoidable (a narrower wait, or none, would do)."""
+    if not model.steps:
+        return frozenset()
+    lo = np.array([s.start_us for s in model.steps])
+    hi = np.array([s.end_us for s in model.steps])
+    out = set()
+    for c in np.flatnonzero(g.call_blocking == Blocking.DEVICE).tolist():
+        k = int(np.searchsorted(lo, g.call_start[c], side="right")) - 1
+        if k >= 0 and g.call_start[c] < hi[k] and g.waited()[c] > 0:
+            out.add(c)
+    return frozenset(out)
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    scenario: Scenario
+    predicted_wall_us: float
+    saving_us: float
+
+
+@dataclass(frozen=True)
+class WhatIfReport:
+    recorded_wall_us: float  # the trace's own makespan (window start to the end of its work)
+    replayed_wall_us: float  # the unchanged graph's replay: must match the line above
+    results: tuple[WhatIf, ...]
+
+    @property
+    def replay_error(self) -> float:
+        return abs(self.replayed_wall_us - self.recorded_wall_us) / max(self.recorded_wall_us, 1e-9)
+
+    def saving(self, scenario: Scenario) -> float:
+        return next((r.saving_us for r in self.results if r.scenario == scenario), 0.0)
+
+
+def what_if(model: TraceModel, g: Graph, f: Frame, avoidable: AvoidablePolicy) -> WhatIfReport:
+    """Replay the graph unchanged and under each scenario; savings are against the unchanged replay."""
+    waits_in_window = frozenset(
+        c for c in np.flatnonzero(g.call_blocking != Blocking.NO).tolist() if g.call_start[c] >= f.start_us
+    )
+    scenarios = {
+        Scenario.NO_AVOIDABLE_SYNCS: Costs(no_wait=avoidable(model, g, f.start_us, f.end_us)),
+        Scenario.NO_SYNCS: Costs(no_wait=waits_in_window),
+        Scenario.DEVICE_2X: Costs(device_scale=0.5),
+        Scenario.HOST_2X: Costs(host_scale=0.5),
+        Scenario.INPUT_OVERLAPPED: Costs(input_scale=0.0),
+    }
+    base = replay(g, f, Costs()).end_us - f.start_us
+    done: dict[Costs, float] = {Costs(): base}
+    results = []
+    for scenario, costs in scenarios.items():
+        if costs not in done:
+            done[costs] = replay(g, f, costs).end_us - f.start_us
+        results.append(WhatIf(scenario, done[costs], base - done[costs]))
+    return WhatIfReport(recorded_end(g, f) - f.start_us, base, tuple(results))
