@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -26,8 +27,7 @@ class Kind(str, Enum):
     IDLE = "idle"
 
 
-@dataclass(frozen=True)
-class Segment:
+class Segment(NamedTuple):
     kind: Kind
     lane: int
     event: int  # the event the segment belongs to (-1: host work between calls)
@@ -69,21 +69,29 @@ def critical_path(
 
 
 class _Walk:
+    """The backward walk, over plain Python lists (numpy scalar access would dominate on long paths)."""
+
     def __init__(self, g: Graph, start_us: float, input_by_lane: dict[int, tuple[F64, F64]]) -> None:
-        self.g = g
         self.start = start_us
         self.inputs = input_by_lane
-        self.segments: list[Segment] = []
+        self.segments: list[tuple[Kind, int, int, float, float]] = []
         self.calls_by_lane: dict[int, tuple[F64, I64]] = {}
         for lane in np.unique(g.call_lane).tolist():
             idx = np.flatnonzero(g.call_lane == lane)
             self.calls_by_lane[lane] = (np.maximum.accumulate(g.call_end[idx]), idx)
+        self.c_start, self.c_end = g.call_start.tolist(), g.call_end.tolist()
+        self.c_lane, self.c_event = g.call_lane.tolist(), g.call_event.tolist()
+        self.c_awaited, self.c_waits = g.call_awaited.tolist(), g.call_waits
+        self.a_start, self.a_end = g.act_start.tolist(), g.act_end.tolist()
+        self.a_lane, self.a_event = g.act_lane.tolist(), g.act_event.tolist()
+        self.a_call, self.a_prev, self.a_waits = g.act_call.tolist(), g.act_prev.tolist(), g.act_waits
+        self.a_latency, self.a_queue_gap = g.act_latency.tolist(), g.act_queue_gap.tolist()
 
     def add(self, kind: Kind, lane: int, event: int, lo: float, hi: float) -> bool:
         """Record [lo, hi] clipped to the window; False once the window's start is reached."""
-        lo_c = max(lo, self.start)
+        lo_c = lo if lo > self.start else self.start
         if hi > lo_c:
-            self.segments.append(Segment(kind, lane, event, lo_c, hi))
+            self.segments.append((kind, lane, event, lo_c, hi))
         return lo > self.start
 
     def host_work(self, lane: int, lo: float, hi: float) -> bool:
@@ -93,7 +101,7 @@ class _Walk:
         if len(s):
             k = int(np.searchsorted(s, hi, side="left")) - 1
             while k >= 0 and e[k] > lo and cut > lo:
-                in_lo, in_hi = max(s[k], lo), min(e[k], cut)
+                in_lo, in_hi = max(float(s[k]), lo), min(float(e[k]), cut)
                 if in_hi < cut:
                     self.add(Kind.HOST, lane, -1, in_hi, cut)
                 if in_hi > in_lo:
@@ -112,74 +120,62 @@ class _Walk:
     def host_step(self, lane: int, t: float, below: int) -> State:
         """At time ``t`` on a host thread: the host work since the last call that ended by then (only
         calls before position ``below`` of the thread, so zero-length calls cannot loop)."""
-        g = self.g
         ends, idx = self.calls_by_lane.get(lane, (np.zeros(0), np.zeros(0, np.int64)))
         k = int(np.searchsorted(ends, t, side="right")) - 1
         if below >= 0:
             k = min(k, below - 1)
-        if k < 0 or g.call_end[idx[k]] <= self.start:
+        if k < 0 or self.c_end[int(idx[k])] <= self.start:
             self.host_work(lane, self.start, t)
             return None
         c = int(idx[k])
-        end = min(float(g.call_end[c]), t)
+        end = min(self.c_end[c], t)
         if not self.host_work(lane, end, t):
             return None
-        if g.call_waits[c] and float(g.call_awaited[c]) > g.call_start[c]:
-            a = max(g.call_waits[c], key=lambda x: float(g.act_end[x]))
-            done = min(float(g.act_end[a]), end)
-            return (
-                ("device", a, done, -1)
-                if self.add(Kind.SYNC, lane, int(g.call_event[c]), done, end)
-                else None
-            )
-        start = float(g.call_start[c])
-        return (
-            ("host", lane, start, k) if self.add(Kind.HOST, lane, int(g.call_event[c]), start, end) else None
-        )
+        waits = self.c_waits[c]
+        if waits and self.c_awaited[c] > self.c_start[c]:
+            a = max(waits, key=self.a_end.__getitem__)
+            done = min(self.a_end[a], end)
+            return ("device", a, done, -1) if self.add(Kind.SYNC, lane, self.c_event[c], done, end) else None
+        start = self.c_start[c]
+        return ("host", lane, start, k) if self.add(Kind.HOST, lane, self.c_event[c], start, end) else None
 
     def device_step(self, a: int, t: float) -> State:
-        g = self.g
-        lane, start = int(g.act_lane[a]), float(g.act_start[a])
-        if not self.add(Kind.DEVICE, lane, int(g.act_event[a]), start, min(float(g.act_end[a]), t)):
+        lane, start = self.a_lane[a], self.a_start[a]
+        if not self.add(Kind.DEVICE, lane, self.a_event[a], start, min(self.a_end[a], t)):
             return None
-        ready: list[tuple[float, bool, str, int]] = []  # (ready time, not a launch, how, who)
-        c = int(g.act_call[a])
+        best, how, who = -np.inf, "", -1  # the predecessor that finished last; stream order wins ties
+        c = self.a_call[a]
         if c >= 0:
-            ready.append((float(g.call_start[c] + g.act_latency[a]), False, "launch", c))
-        p = int(g.act_prev[a])
-        if p >= 0:
-            ready.append((float(g.act_end[p] + g.act_queue_gap[a]), True, "stream", p))
-        ready.extend((float(g.act_end[w]), True, "event", w) for w in g.act_waits[a])
-        if not ready:
+            best, how, who = self.c_start[c] + self.a_latency[a], "launch", c
+        p = self.a_prev[a]
+        if p >= 0 and self.a_end[p] + self.a_queue_gap[a] >= best:
+            best, how, who = self.a_end[p] + self.a_queue_gap[a], "stream", p
+        for w in self.a_waits[a]:
+            if self.a_end[w] >= best:
+                best, how, who = self.a_end[w], "event", w
+        if who < 0:
             self.add(Kind.IDLE, lane, -1, self.start, start)
             return None
-        _, _, how, who = max(ready)
         if how == "launch":
-            call_start, host_lane = float(g.call_start[who]), int(g.call_lane[who])
-            if not self.add(Kind.LAUNCH, host_lane, int(g.call_event[who]), call_start, start):
+            call_start, host_lane = self.c_start[who], self.c_lane[who]
+            if not self.add(Kind.LAUNCH, host_lane, self.c_event[who], call_start, start):
                 return None
             return ("host", host_lane, call_start, -1)
-        prev_end = min(float(g.act_end[who]), start)
+        prev_end = min(self.a_end[who], start)
         return ("device", who, prev_end, -1) if self.add(Kind.IDLE, lane, -1, prev_end, start) else None
 
 
 State = tuple[str, int, float, int] | None  # (host | device, lane or activity, time, call bound)
 
 
-def _merged(segments: list[Segment]) -> list[Segment]:
+def _merged(segments: list[tuple[Kind, int, int, float, float]]) -> list[Segment]:
     """Join touching segments of one kind on one lane (host work and the calls inside it, for example)."""
-    out: list[Segment] = []
-    for s in segments:
-        if (
-            out
-            and out[-1].kind == s.kind
-            and out[-1].lane == s.lane
-            and abs(out[-1].end_us - s.start_us) < 1e-9
-        ):
+    out: list[list[Any]] = []
+    for kind, lane, event, lo, hi in segments:
+        if out and out[-1][0] == kind and out[-1][1] == lane and abs(out[-1][4] - lo) < 1e-9:
             last = out[-1]
-            out[-1] = Segment(
-                s.kind, s.lane, last.event if last.event >= 0 else s.event, last.start_us, s.end_us
-            )
+            last[2] = last[2] if last[2] >= 0 else event
+            last[4] = hi
         else:
-            out.append(s)
-    return out
+            out.append([kind, lane, event, lo, hi])
+    return [Segment(*s) for s in out]

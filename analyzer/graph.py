@@ -111,7 +111,9 @@ def build_graph(model: TraceModel) -> Graph:
         model, act_lane, np.where(act_call >= 0, call_start[np.maximum(act_call, 0)], act_start)
     )
     blocking, waits = _blocking(model, calls, acts, act_call, act_lane, issue)
-    awaited = np.array([max((float(act_end[a]) for a in w), default=-np.inf) for w in waits])
+    awaited = np.full(len(calls), -np.inf)
+    for c in np.flatnonzero(blocking != Blocking.NO).tolist():
+        awaited[c] = max(float(act_end[a]) for a in waits[c])
     waited = awaited > call_start
     duration = call_end - call_start
     call_own = np.where(waited, np.minimum(duration, SYNC_OWN_US), duration)
@@ -288,34 +290,37 @@ def _blocking(
         if c >= 0:
             acts_of_call.setdefault(c, []).append(a)
     main_device = _main_device(model, act_lane)
+    pageable = np.array(["Pageable" in name for name in model.strings], dtype=np.bool_)[ev.name[acts]]
+    touches_pageable = np.zeros(len(calls), dtype=np.bool_)
+    touches_pageable[act_call[pageable & (act_call >= 0)]] = True
+    sync_name = ~np.array([memcpy_is_async(name) for name in model.strings], dtype=np.bool_)[ev.name[calls]]
+    api = ev.api[calls]
     candidates = np.flatnonzero(
-        np.isin(ev.api[calls], [ApiKind.SYNC_DEVICE, ApiKind.SYNC_STREAM, ApiKind.SYNC_EVENT, ApiKind.MEMCPY])
+        np.isin(api, [ApiKind.SYNC_DEVICE, ApiKind.SYNC_STREAM, ApiKind.SYNC_EVENT])
+        | ((api == ApiKind.MEMCPY) & (touches_pageable | sync_name))
     )
     for c in candidates.tolist():
         e = int(calls[c])
-        api = ApiKind(int(ev.api[e]))
+        call_api = ApiKind(int(ev.api[e]))
         start = float(ev.ts[e])
         record = records.get(e)
         device = int(ev.device[record]) if record is not None and ev.device[record] >= 0 else main_device
         kind: Blocking = Blocking.NO
         on: tuple[int, ...] = ()
-        if api == ApiKind.MEMCPY:
-            mine = acts_of_call.get(c, [])
-            pageable = any("Pageable" in model.name_of(int(acts[a])) for a in mine)
-            if mine and (pageable or not memcpy_is_async(model.name_of(e))):
-                kind, on = Blocking.COPY, tuple(mine)
-        elif api == ApiKind.SYNC_STREAM:
+        if call_api == ApiKind.MEMCPY:  # synchronous, or to/from pageable memory (filtered above)
+            kind, on = Blocking.COPY, tuple(acts_of_call.get(c, ()))
+        elif call_api == ApiKind.SYNC_STREAM:
             if record is not None:
                 lane = issue.lane(device, int(ev.stream[record]))
             else:
                 lane = _last_launched_lane(c, calls, ev.lane, acts_of_call, act_lane)
             kind, on = Blocking.STREAM, (issue.last_before(lane, start),)
-        elif api == ApiKind.SYNC_EVENT and record is not None:
+        elif call_api == ApiKind.SYNC_EVENT and record is not None:
             recorded = record_calls.get(int(ev.wait_corr[record]))
             if recorded is not None and ev.wait_stream[record] >= 0:
                 lane = issue.lane(device, int(ev.wait_stream[record]))
                 kind, on = Blocking.EVENT, (issue.last_before(lane, float(ev.ts[recorded])),)
-        if api == ApiKind.SYNC_DEVICE or (api == ApiKind.SYNC_EVENT and record is None):
+        if call_api == ApiKind.SYNC_DEVICE or (call_api == ApiKind.SYNC_EVENT and record is None):
             kind = Blocking.DEVICE
             on = tuple(issue.last_before(lane, start) for lane in issue.device_lanes.get(device, []))
         on = tuple(a for a in on if a >= 0)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from enum import IntEnum
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -109,9 +110,11 @@ class EventTable:
     def __len__(self) -> int:
         return len(self.ts)
 
-    @property
+    @cached_property
     def end(self) -> F64:
-        return self.ts + self.dur
+        end = self.ts + self.dur
+        end.setflags(write=False)
+        return end
 
     def columns(self) -> dict[str, npt.NDArray[Any]]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

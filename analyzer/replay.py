@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 import numpy as np
 
@@ -54,6 +55,7 @@ class Frame:
     tail_input: float
     window_acts: np.ndarray  # activities launched inside the window (their end bounds the makespan)
     act_wait_offset: list[tuple[tuple[int, float], ...]]
+    lists: dict[str, list[Any]]  # the graph's columns as Python lists, converted once for every replay
 
     @property
     def recorded_end(self) -> float:
@@ -112,6 +114,22 @@ def make_frame(
         tail_input=tail_input,
         window_acts=window_acts,
         act_wait_offset=offsets,
+        lists={
+            "prev": g.call_prev.tolist(),
+            "gap": g.call_gap.tolist(),
+            "own": g.call_own.tolist(),
+            "ret": g.call_ret.tolist(),
+            "blocking": (g.call_blocking != Blocking.NO).tolist(),
+            "lanes": g.call_lane.tolist(),
+            "c_start": g.call_start.tolist(),
+            "a_call": g.act_call.tolist(),
+            "a_prev": g.act_prev.tolist(),
+            "a_lat": g.act_latency.tolist(),
+            "a_gap": g.act_queue_gap.tolist(),
+            "a_start": g.act_start.tolist(),
+            "a_end": g.act_end.tolist(),
+            "a_dur": (g.act_end - g.act_start).tolist(),
+        },
     )
 
 
@@ -141,22 +159,13 @@ def replay(g: Graph, f: Frame, costs: Costs) -> Replay:
     """Re-time the graph with ``costs``. One pass over the agenda in recorded time order (a topological
     order: every edge goes forward in time)."""
     n_calls, n_acts = g.calls, g.activities
-    prev = g.call_prev.tolist()
-    gap = g.call_gap.tolist()
-    own = g.call_own.tolist()
-    ret = g.call_ret.tolist()
-    blocking = (g.call_blocking != Blocking.NO).tolist()
+    L = f.lists
+    prev, gap, own, ret, blocking = L["prev"], L["gap"], L["own"], L["ret"], L["blocking"]
+    lanes, c_start = L["lanes"], L["c_start"]
+    a_call, a_prev, a_lat, a_gap = L["a_call"], L["a_prev"], L["a_lat"], L["a_gap"]
+    a_start, a_end, a_dur = L["a_start"], L["a_end"], L["a_dur"]
     waits = g.call_waits
-    lanes = g.call_lane.tolist()
     anchor = g.thread_anchor
-    c_start = g.call_start.tolist()
-    a_call = g.act_call.tolist()
-    a_prev = g.act_prev.tolist()
-    a_lat = g.act_latency.tolist()
-    a_gap = g.act_queue_gap.tolist()
-    a_start = g.act_start.tolist()
-    a_end = g.act_end.tolist()
-    a_dur = (g.act_end - g.act_start).tolist()
     hs, ds, ins = costs.host_scale, costs.device_scale, costs.input_scale
     no_wait = costs.no_wait
     call_in, act_in, gap_input, offsets = f.call_in, f.act_in, f.gap_input, f.act_wait_offset
@@ -180,7 +189,12 @@ def replay(g: Graph, f: Frame, costs: Costs) -> Replay:
     for kind, i in f.agenda:
         if kind == 0:
             p = prev[i]
-            base = end_of(p) if p >= 0 else anchor.get(lanes[i], c_start[i] - gap[i])
+            if p >= 0:
+                base = new_ce[p]
+                if base != base:  # a blocking call whose end was not processed yet
+                    base = end_of(p)
+            else:
+                base = anchor.get(lanes[i], c_start[i] - gap[i])
             gi = gap[i]
             if call_in[i]:
                 gi = (gi - gap_input[i]) * hs + gap_input[i] * hs * ins
@@ -202,7 +216,9 @@ def replay(g: Graph, f: Frame, costs: Costs) -> Replay:
                 s = max(s, new_ae[a] + off)
             new_as[i] = s
             new_ae[i] = s + (a_dur[i] * ds if act_in[i] else a_dur[i])
-    ce = np.array([end_of(i) for i in range(n_calls)])
+    ce = np.array(new_ce)
+    for i in np.flatnonzero(np.isnan(ce)).tolist():
+        ce[i] = end_of(i)
     return Replay(
         costs, np.array(new_cs), ce, np.array(new_as), np.array(new_ae), _predicted_end(f, ce, new_ae, costs)
     )
@@ -215,5 +231,5 @@ def _predicted_end(f: Frame, call_end: F64, act_end: list[float], costs: Costs) 
             f.tail_gap - f.tail_input
         ) * costs.host_scale + f.tail_input * costs.host_scale * costs.input_scale
         host = float(call_end[f.tail_call]) + tail
-    device = max((act_end[a] for a in f.window_acts.tolist()), default=host)
+    device = float(np.max(np.asarray(act_end)[f.window_acts])) if len(f.window_acts) else host
     return float(max(host, device))
