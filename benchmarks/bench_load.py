@@ -9,6 +9,7 @@ A real trace from ../shared/traces is tiled end to end (../shared/tools/tile_tra
                      written by a background thread while the caller goes on (both times reported)
   stallscope parse   the same without touching the cache (`--no-cache`)
   stallscope warm    second open of the same file: served from the cache
+  stallscope analyze cold load plus every analysis pass and the JSON document (a first `analyze`)
   HTA                hta.trace_analysis.TraceAnalysis(trace_dir=...) on the same file, in its own venv
                      (benchmarks/_work/hta-venv, PyPI HolisticTraceAnalysis; installed on first use)
 
@@ -48,6 +49,26 @@ t2 = time.perf_counter()
 cache.wait()  # the cache is written in a background thread while the caller analyses
 t3 = time.perf_counter()
 print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "written_s": t3 - t1, "events": len(model.events),
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+CHILD_ANALYZE = r"""
+import json, resource, sys, time
+from pathlib import Path
+t0 = time.perf_counter()
+from analyzer import cache
+from analyzer.analysis import analyze_model
+from analyzer.loader import load_file
+from analyzer.output import to_json
+t1 = time.perf_counter()
+model = load_file(Path(sys.argv[1]))
+t2 = time.perf_counter()
+result = analyze_model(model)
+json.dumps(to_json(result))
+t3 = time.perf_counter()
+cache.wait()
+print(json.dumps({"import_s": t1 - t0, "load_s": t3 - t1, "cold_load_s": t2 - t1, "analysis_s": t3 - t2,
+                  "events": len(model.events), "bottleneck": result.summary.bottleneck,
                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
@@ -123,6 +144,12 @@ def measure(trace: Path, repeat: int, skip_hta: bool) -> dict[str, dict[str, flo
             rows["stallscope parse"].append(child(sys.executable, CHILD_OURS, str(trace), "nocache", env=env))
         finally:
             shutil.rmtree(cache, ignore_errors=True)
+        cache = tempfile.mkdtemp(prefix="stallscope-bench-cache-")
+        try:  # the whole first `analyze`: cold load, every analysis pass, the JSON document
+            env = {**os.environ, "XDG_CACHE_HOME": cache}
+            rows["stallscope analyze"].append(child(sys.executable, CHILD_ANALYZE, str(trace), env=env))
+        finally:
+            shutil.rmtree(cache, ignore_errors=True)
     out = {name: best(r) for name, r in rows.items()}
     if not skip_hta:
         py = hta_python()
@@ -151,7 +178,13 @@ def table(results: dict[str, dict[str, float]], trace: Path) -> str:
         mem = f"{r['peak_rss_mb'] / hta['peak_rss_mb']:.2f}" if hta else "-"
         written = f"{r['written_s']:.2f}" if "written_s" in r else "-"
         lines.append(f"| {name} | {r['load_s']:.2f} | {written} | {r['peak_rss_mb']:.0f} | {speed} | {mem} |")
+    full = results["stallscope analyze"]
     lines.append("")
+    lines.append(
+        f"full analyze (cold load {full['cold_load_s']:.2f} s + analysis {full['analysis_s']:.2f} s, "
+        f"verdict {full['bottleneck']}-bound): {full['load_s']:.2f} s = "
+        f"{full['load_s'] / results['stallscope cold']['load_s']:.2f}x the cold load (target <= 2x)"
+    )
     lines.append(
         "imports (not in the times above): "
         + ", ".join(f"{n} {r['import_s']:.2f} s" for n, r in results.items() if n != "stallscope warm")
