@@ -14,10 +14,10 @@ import numpy as np
 from analyzer import intervals
 from analyzer.critical import CriticalPath, critical_path
 from analyzer.gaps import MIN_GAP_US, Cause, Gap, find_gaps
-from analyzer.graph import Graph, build_graph
+from analyzer.graph import Blocking, Graph, build_graph
 from analyzer.inputs import input_intervals, main_thread
 from analyzer.model import F64, LoadReport, TraceModel, TraceSet
-from analyzer.names import ApiKind, EventKind, memcpy_is_async
+from analyzer.names import EventKind
 from analyzer.pipeline import Pipeline, pipeline_model
 from analyzer.replay import Scenario, make_frame
 from analyzer.whatif import AvoidablePolicy, WhatIfReport, device_wide_syncs_in_steps, what_if
@@ -150,19 +150,16 @@ def device_usage(model: TraceModel, window: Window) -> tuple[DeviceUsage, ...]:
     return tuple(out)
 
 
-def host_sync_calls(model: TraceModel) -> tuple[F64, F64]:
-    """Host API calls that block until device work completes: device/stream/event synchronize and
-    synchronous copies. (Which async copies blocked because of pageable memory is the sync pass's job.)"""
-    ev = model.events
-    sync_api = np.isin(ev.api, [ApiKind.SYNC_DEVICE, ApiKind.SYNC_STREAM, ApiKind.SYNC_EVENT])
-    copy = ev.api == ApiKind.MEMCPY
-    if copy.any():
-        sync_copy_name = np.array([not memcpy_is_async(s) for s in model.strings], dtype=np.bool_)
-        sync_api |= copy & sync_copy_name[ev.name]
-    return ev.ts[sync_api], ev.end[sync_api]
+def host_sync_calls(g: Graph) -> tuple[F64, F64]:
+    """Disjoint intervals of the host calls that block until device work completes: device/stream/event
+    synchronize, synchronous copies and copies to or from pageable memory (the graph's blocking calls)."""
+    blocking = g.call_blocking != Blocking.NO
+    return intervals.union(g.call_start[blocking], g.call_end[blocking])
 
 
-def step_stats(model: TraceModel, main_device: int | None, window: Window) -> tuple[StepStats, ...]:
+def step_stats(
+    model: TraceModel, main_device: int | None, window: Window, waits: tuple[F64, F64]
+) -> tuple[StepStats, ...]:
     if not model.steps:
         return ()
     lo = np.array([s.start_us for s in model.steps])
@@ -172,9 +169,7 @@ def step_stats(model: TraceModel, main_device: int | None, window: Window) -> tu
     else:
         s, e = busy_intervals(model, main_device, window)
         busy = intervals.covered_in(s, e, lo, hi)
-    ws, we = host_sync_calls(model)
-    ws, we = intervals.union(ws, we)
-    wait = intervals.covered_in(ws, we, lo, hi)
+    wait = intervals.covered_in(waits[0], waits[1], lo, hi)
     return tuple(
         StepStats(st.name, st.start_us, st.dur_us, float(b), max(st.dur_us - float(b), 0.0), float(w))
         for st, b, w in zip(model.steps, busy, wait, strict=True)
@@ -182,12 +177,10 @@ def step_stats(model: TraceModel, main_device: int | None, window: Window) -> tu
 
 
 def summarize(
-    model: TraceModel, window: Window, devices: tuple[DeviceUsage, ...]
+    window: Window, devices: tuple[DeviceUsage, ...], waits: tuple[F64, F64]
 ) -> tuple[int | None, Summary]:
     main = max(devices, key=lambda d: (d.busy_us, -d.id)) if devices else None
-    ws, we = host_sync_calls(model)
-    ws, we = intervals.union(ws, we)
-    ws, we = intervals.clip(ws, we, window.start_us, window.end_us)
+    ws, we = intervals.clip(waits[0], waits[1], window.start_us, window.end_us)
     summary = Summary(
         wall_us=window.dur_us,
         device_busy_us=main.busy_us if main else 0.0,
@@ -204,9 +197,10 @@ def analyze_model(model: TraceModel, options: Options | None = None) -> Analysis
     opts = options or Options()
     window = find_window(model)
     devices = device_usage(model, window)
-    main, summary = summarize(model, window, devices)
-    steps = step_stats(model, main, window)
     graph = build_graph(model)
+    waits = host_sync_calls(graph)
+    main, summary = summarize(window, devices, waits)
+    steps = step_stats(model, main, window, waits)
     inputs = input_intervals(model)
     lane = main_thread(model, graph)
     frame = make_frame(graph, window.start_us, window.end_us, lane, inputs)

@@ -85,6 +85,8 @@ class _Walk:
         self.a_start, self.a_end = g.act_start.tolist(), g.act_end.tolist()
         self.a_lane, self.a_event = g.act_lane.tolist(), g.act_event.tolist()
         self.a_call, self.a_prev, self.a_waits = g.act_call.tolist(), g.act_prev.tolist(), g.act_waits
+        self.a_wait_gap = g.act_wait_gap
+        self.a_from_return = g.act_from_return.tolist()
         self.a_latency, self.a_queue_gap = g.act_latency.tolist(), g.act_queue_gap.tolist()
 
     def add(self, kind: Kind, lane: int, event: int, lo: float, hi: float) -> bool:
@@ -146,21 +148,23 @@ class _Walk:
         best, how, who = -np.inf, "", -1  # the predecessor that finished last; stream order wins ties
         c = self.a_call[a]
         if c >= 0:
-            best, how, who = self.c_start[c] + self.a_latency[a], "launch", c
+            issued = self.c_end[c] if self.a_from_return[a] else self.c_start[c]
+            best, how, who = issued + self.a_latency[a], "launch", c
         p = self.a_prev[a]
         if p >= 0 and self.a_end[p] + self.a_queue_gap[a] >= best:
             best, how, who = self.a_end[p] + self.a_queue_gap[a], "stream", p
-        for w in self.a_waits[a]:
-            if self.a_end[w] >= best:
-                best, how, who = self.a_end[w], "event", w
+        for w, gap in zip(self.a_waits[a], self.a_wait_gap[a], strict=True):
+            if self.a_end[w] + gap >= best:
+                best, how, who = self.a_end[w] + gap, "event", w
         if who < 0:
             self.add(Kind.IDLE, lane, -1, self.start, start)
             return None
         if how == "launch":
-            call_start, host_lane = self.c_start[who], self.c_lane[who]
-            if not self.add(Kind.LAUNCH, host_lane, self.c_event[who], call_start, start):
+            issued = min(self.c_end[who] if self.a_from_return[a] else self.c_start[who], start)
+            host_lane = self.c_lane[who]
+            if not self.add(Kind.LAUNCH, host_lane, self.c_event[who], issued, start):
                 return None
-            return ("host", host_lane, call_start, -1)
+            return ("host", host_lane, issued, -1)
         prev_end = min(self.a_end[who], start)
         return ("device", who, prev_end, -1) if self.add(Kind.IDLE, lane, -1, prev_end, start) else None
 

@@ -10,7 +10,8 @@ applies wins:
 - ``input``: the launching thread was inside data loading for most of the gap;
 - ``launch``: the launch call had started before the gap began and nothing else held the activity back
   (no stream predecessor, no event wait): submission latency;
-- ``dependency``: the activity waited for another stream's event (or it is a collective);
+- ``dependency``: the activity waited for another stream's event that completed as the gap ended (or it is
+  a collective launched before the gap);
 - ``host``: the launching thread started the launch only after the gap began (busy with other work);
 - ``unknown``: no launch call is known for the activity (or no activity ends the gap).
 """
@@ -29,6 +30,7 @@ from analyzer.names import EventKind
 from analyzer.sites import CallSite, call_site
 
 MIN_GAP_US = 20.0
+_BOUND_US = 2.0  # an event that completed this close to a gap's end is what the gap waited for
 
 
 class Cause(str, Enum):
@@ -161,14 +163,16 @@ def _judge(
             -1,
             0.0,
         )
-    held = bool(g.act_waits[ending]) or (
-        g.act_prev[ending] >= 0 and g.act_end[g.act_prev[ending]] >= g1 - 1e-6
-    )
-    call_start = float(g.call_start[call])
+    # held back by an event: one of the events it waited for completed just as the gap ended
+    held = any(float(g.act_end[w]) >= g1 - _BOUND_US for w in g.act_waits[ending])
+    call_start = float(g.call_end[call] if g.act_from_return[ending] else g.call_start[call])
     if call_start <= g0 and not held:
-        detail = f"{model.name_of(launch_event)} started {g1 - call_start:.0f} us before its work ran"
-        return Gap(device, g0, g1, Cause.LAUNCH, detail, call_site(model, launch_event), -1, 0.0)
-    if g.act_waits[ending] or "nccl" in model.name_of(int(g.act_event[ending])).lower():
+        is_collective = "nccl" in model.name_of(int(g.act_event[ending])).lower()
+        if not is_collective:
+            detail = f"{model.name_of(launch_event)} started {g1 - call_start:.0f} us before its work ran"
+            return Gap(device, g0, g1, Cause.LAUNCH, detail, call_site(model, launch_event), -1, 0.0)
+        held = True
+    if held:
         detail = f"{model.name_of(int(g.act_event[ending]))[:80]} waited for another stream"
         return Gap(device, g0, g1, Cause.DEPENDENCY, detail, None, -1, 0.0)
     busy_with = work.busiest(lane, g0, g1) or model.name_of(launch_event)

@@ -70,10 +70,16 @@ class Graph:
     act_start: F64
     act_end: F64
     act_call: I64  # launching call (-1: launched before the profile or not linked)
+    act_from_return: npt.NDArray[
+        np.bool_
+    ]  # issued when its call returned (pageable HtoD copy: after staging)
     act_prev: I64  # previous activity on the same stream
     act_latency: F64  # unqueued launch latency
     act_queue_gap: F64  # start minus previous end on the stream (the stream-order edge's weight)
     act_waits: tuple[tuple[int, ...], ...]  # activities this one waits for (event record -> stream wait)
+    act_wait_gap: tuple[
+        tuple[float, ...], ...
+    ]  # weight of each of those edges (start - their end if binding)
     thread_anchor: dict[int, float]  # first event start per host thread (gap of its first call)
 
     @property
@@ -83,6 +89,13 @@ class Graph:
     @property
     def activities(self) -> int:
         return len(self.act_event)
+
+    def issued(self) -> F64:
+        """When each activity was issued: its call's start (its return for a pageable HtoD copy), or its
+        own start when no call is known."""
+        c = np.maximum(self.act_call, 0)
+        at_call = np.where(self.act_from_return, self.call_end[c], self.call_start[c])
+        return np.asarray(np.where(self.act_call >= 0, at_call, self.act_start))
 
     def waited(self) -> F64:
         """Observed time each call spent waiting (0 for calls that did not block)."""
@@ -106,10 +119,19 @@ def build_graph(model: TraceModel) -> Graph:
     first = np.array([anchors[int(lane)] for lane in call_lane], dtype=np.float64)
     call_gap = call_start - np.where(call_prev >= 0, call_end[np.maximum(call_prev, 0)], first)
     act_device = np.array([model.lanes[int(lane)].device for lane in act_lane], dtype=np.int64)
-    latency, queue_gap = _latencies(act_call, act_prev, act_start, act_end, call_start, act_device)
-    issue = _IssueOrder(
-        model, act_lane, np.where(act_call >= 0, call_start[np.maximum(act_call, 0)], act_start)
+    from_return = _issued_at_return(model, acts, act_call, calls)
+    issued = np.where(
+        act_call >= 0,
+        np.where(from_return, call_end[np.maximum(act_call, 0)], call_start[np.maximum(act_call, 0)]),
+        act_start,
     )
+    issue = _IssueOrder(model, act_lane, issued)
+    act_waits = _stream_waits(model, len(acts), issue)
+    if not any(act_waits) and bool(np.any(ev.api[calls] == ApiKind.STREAM_WAIT)):
+        act_waits = _inferred_stream_waits(
+            act_lane, act_device, act_start, act_end, act_prev, issued, act_call
+        )
+    edges = _start_edges(act_call, act_prev, act_start, act_end, issued, act_device, act_waits)
     blocking, waits = _blocking(model, calls, acts, act_call, act_lane, issue)
     awaited = np.full(len(calls), -np.inf)
     for c in np.flatnonzero(blocking != Blocking.NO).tolist():
@@ -138,10 +160,12 @@ def build_graph(model: TraceModel) -> Graph:
         act_start=act_start,
         act_end=act_end,
         act_call=act_call,
+        act_from_return=from_return,
         act_prev=act_prev,
-        act_latency=latency,
-        act_queue_gap=queue_gap,
-        act_waits=_stream_waits(model, len(acts), issue),
+        act_latency=edges.latency,
+        act_queue_gap=edges.queue_gap,
+        act_waits=act_waits,
+        act_wait_gap=edges.wait_gap,
         thread_anchor=anchors,
     )
 
@@ -213,27 +237,84 @@ def _thread_anchors(model: TraceModel) -> dict[int, float]:
     return out
 
 
-def _latencies(
-    act_call: I64, act_prev: I64, start: F64, end: F64, call_start: F64, device: I64
-) -> tuple[F64, F64]:
-    """Launch latency (its unqueued value) and stream-order gap of each activity, chosen so that
-    ``start == max(call start + latency, previous end + queue gap)`` holds exactly for the recorded trace."""
+@dataclass(frozen=True)
+class _StartEdges:
+    latency: F64
+    queue_gap: F64
+    wait_gap: tuple[tuple[float, ...], ...]
+
+
+def _start_edges(
+    act_call: I64,
+    act_prev: I64,
+    start: F64,
+    end: F64,
+    issued: F64,
+    device: I64,
+    waits: tuple[tuple[int, ...], ...],
+) -> _StartEdges:
+    """Weights of the edges into each activity's start: launch latency (its unqueued value), stream order
+    and event waits, chosen so that ``start == max(issued + latency, prev end + queue gap, wait end + gap)``
+    holds exactly for the recorded trace. An activity held back by its stream or by an event gets the
+    device's typical latency; the edge that held it carries the rest."""
     linked = act_call >= 0
-    issued = np.where(linked, call_start[np.maximum(act_call, 0)], start)
     has_prev = act_prev >= 0
     prev_end = np.where(has_prev, end[np.maximum(act_prev, 0)], -np.inf)
+    wait_end = (
+        np.array([max((float(end[w]) for w in ws), default=-np.inf) for ws in waits])
+        if waits
+        else np.zeros(0)
+    )
     observed = start - issued
-    idle_at_launch = linked & (prev_end < issued) & (observed >= 0)
+    free = linked & (prev_end < issued) & (wait_end < issued) & (observed >= 0)
     typical = np.full(len(start), DEFAULT_LATENCY_US)
     for d in np.unique(device):
-        sample = observed[idle_at_launch & (device == d)]
+        sample = observed[free & (device == d)]
         if len(sample):
             typical[device == d] = float(np.median(sample))
-    queued = linked & has_prev & (prev_end > issued + typical)
-    latency = np.where(queued, np.minimum(typical, observed), observed)
+    ready = issued + typical
+    by_prev = linked & has_prev & (prev_end > ready) & (prev_end >= wait_end)
+    by_wait = linked & (wait_end > ready) & ~by_prev
+    held = by_prev | by_wait
+    latency = np.where(held, np.minimum(typical, observed), observed)
     with np.errstate(invalid="ignore"):
-        queue_gap = np.where(queued, start - prev_end, np.minimum(0.0, start - prev_end))
-    return np.where(linked, latency, 0.0), np.where(has_prev, queue_gap, 0.0)
+        queue_gap = np.where(by_prev, start - prev_end, np.minimum(0.0, start - prev_end))
+    wait_gap = tuple(
+        tuple(
+            float(start[i] - end[w])
+            if by_wait[i] and end[w] >= wait_end[i]
+            else min(0.0, float(start[i] - end[w]))
+            for w in ws
+        )
+        for i, ws in enumerate(waits)
+    )
+    return _StartEdges(np.where(linked, latency, 0.0), np.where(has_prev, queue_gap, 0.0), wait_gap)
+
+
+_INFER_SLACK_US = 10.0  # unexplained start delay beyond which a cross-stream wait is looked for
+_INFER_MATCH_US = 3.0  # the other stream's activity must have ended this close before the start
+
+
+def _inferred_stream_waits(
+    lane: I64, device: I64, start: F64, end: F64, prev: I64, issued: F64, call: I64
+) -> tuple[tuple[int, ...], ...]:
+    """For traces without ``cuda_sync`` records (older CUPTI) that do call ``cudaStreamWaitEvent``: an
+    activity that started well after its launch and its stream predecessor, just as an activity on another
+    stream of the same device ended, is taken to have waited for that activity."""
+    waits: list[tuple[int, ...]] = [()] * len(start)
+    prev_end = np.where(prev >= 0, end[np.maximum(prev, 0)], -np.inf)
+    late = (call >= 0) & (start > np.maximum(issued + _INFER_SLACK_US, prev_end + _INFER_SLACK_US))
+    by_end = np.argsort(end, kind="stable")
+    ends = end[by_end]
+    for i in np.flatnonzero(late).tolist():
+        k = int(np.searchsorted(ends, start[i], side="right")) - 1
+        while k >= 0 and ends[k] >= start[i] - _INFER_MATCH_US:
+            other = int(by_end[k])
+            if lane[other] != lane[i] and device[other] == device[i]:
+                waits[i] = (other,)
+                break
+            k -= 1
+    return tuple(waits)
 
 
 class _IssueOrder:
@@ -308,7 +389,11 @@ def _blocking(
         kind: Blocking = Blocking.NO
         on: tuple[int, ...] = ()
         if call_api == ApiKind.MEMCPY:  # synchronous, or to/from pageable memory (filtered above)
-            kind, on = Blocking.COPY, tuple(acts_of_call.get(c, ()))
+            on = _copy_waits(model, acts, acts_of_call.get(c, []), act_lane, issue, start)
+            # CUDA only *may* synchronise a pageable copy: trust the trace when the call returned first
+            returned = float(ev.end[e]) + _COPY_SKEW_US
+            on = tuple(a for a in on if a >= 0 and float(ev.end[acts[a]]) <= returned)
+            kind = Blocking.COPY
         elif call_api == ApiKind.SYNC_STREAM:
             if record is not None:
                 lane = issue.lane(device, int(ev.stream[record]))
@@ -327,6 +412,37 @@ def _blocking(
         if on:
             kinds[c], waits[c] = kind, on
     return kinds, tuple(waits)
+
+
+_COPY_SKEW_US = 5.0  # a copy call that returned more than this before its awaited work ended did not wait
+
+
+def _issued_at_return(model: TraceModel, acts: I64, act_call: I64, calls: I64) -> npt.NDArray[np.bool_]:
+    """Copies from pageable host memory to the device start after their call returns: the call waits for
+    the stream, stages the data, returns, and only then is the DMA issued."""
+    ev = model.events
+    pageable_htod = np.array([("HtoD" in n and "Pageable" in n) for n in model.strings], dtype=np.bool_)
+    linked = act_call >= 0
+    call_event = calls[np.maximum(act_call, 0)]
+    by_copy_call = linked & (ev.api[call_event] == ApiKind.MEMCPY)
+    after = ev.ts[acts] >= ev.end[call_event]  # as recorded: otherwise it is an ordinary launch edge
+    return np.asarray(by_copy_call & pageable_htod[ev.name[acts]] & after)
+
+
+def _copy_waits(
+    model: TraceModel, acts: I64, mine: list[int], act_lane: I64, issue: _IssueOrder, start: float
+) -> tuple[int, ...]:
+    """What a blocking copy waits for (CUDA's rules): a copy from pageable host memory to the device
+    synchronises its stream, stages the data and returns (the DMA may finish later); a copy to the host, or
+    a synchronous device copy, returns once the copy itself is done."""
+    out: list[int] = []
+    for a in mine:
+        name = model.name_of(int(acts[a]))
+        if "HtoD" in name and "Pageable" in name:
+            out.append(issue.last_before(int(act_lane[a]), start))
+        else:
+            out.append(a)
+    return tuple(out)
 
 
 def _last_launched_lane(

@@ -31,7 +31,7 @@ def pipeline_model(
     """P, G and n from the profiled steps; None without steps or device work."""
     if not model.steps or device is None or not g.activities:
         return None
-    issued = np.where(g.act_call >= 0, g.call_start[np.maximum(g.act_call, 0)], g.act_start)
+    issued = g.issued()
     mine = g.act_device == device
     prep, compute = [], []
     for step, wait in zip(model.steps, sync_wait_by_step, strict=True):

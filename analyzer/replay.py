@@ -94,12 +94,11 @@ def make_frame(
         on = np.flatnonzero(g.call_lane == lane)
         if len(on) and len(s):
             gap_input[on] = intervals.covered_in(s, e, gap_start[on], g.call_start[on])
-    issued = np.where(g.act_call >= 0, g.call_start[np.maximum(g.act_call, 0)], g.act_start)
+    issued = g.issued()
     window_acts = np.flatnonzero((issued >= start_us) & (issued <= end_us))
     tail_call, tail_gap, tail_input = _tail(g, main_lane, end_us, input_by_lane)
     offsets = [
-        tuple((a, min(0.0, float(g.act_start[i] - g.act_end[a]))) for a in waits)
-        for i, waits in enumerate(g.act_waits)
+        tuple(zip(waits, gaps, strict=True)) for waits, gaps in zip(g.act_waits, g.act_wait_gap, strict=True)
     ]
     return Frame(
         start_us=start_us,
@@ -123,6 +122,7 @@ def make_frame(
             "lanes": g.call_lane.tolist(),
             "c_start": g.call_start.tolist(),
             "a_call": g.act_call.tolist(),
+            "from_return": g.act_from_return.tolist(),
             "a_prev": g.act_prev.tolist(),
             "a_lat": g.act_latency.tolist(),
             "a_gap": g.act_queue_gap.tolist(),
@@ -166,6 +166,7 @@ def replay(g: Graph, f: Frame, costs: Costs) -> Replay:
     a_start, a_end, a_dur = L["a_start"], L["a_end"], L["a_dur"]
     waits = g.call_waits
     anchor = g.thread_anchor
+    from_return = L["from_return"]
     hs, ds, ins = costs.host_scale, costs.device_scale, costs.input_scale
     no_wait = costs.no_wait
     call_in, act_in, gap_input, offsets = f.call_in, f.act_in, f.gap_input, f.act_wait_offset
@@ -206,7 +207,12 @@ def replay(g: Graph, f: Frame, costs: Costs) -> Replay:
             end_of(i)
         else:
             c = a_call[i]
-            s = new_cs[c] + a_lat[i] if c >= 0 else a_start[i]
+            if c < 0:
+                s = a_start[i]
+            elif from_return[i]:
+                s = end_of(c) + a_lat[i]
+            else:
+                s = new_cs[c] + a_lat[i]
             if s != s:  # launch recorded after its activity started (clock skew): keep the recorded start
                 s = a_start[i]
             p = a_prev[i]

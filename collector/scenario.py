@@ -231,7 +231,8 @@ class Scenario:
     ) -> int:
         """``cudaMemcpyAsync`` of ``kind`` ("HtoD", "DtoH", "DtoD"); returns the correlation id.
 
-        From or to pageable host memory the call blocks until the copy ends (as CUDA does); with
+        As CUDA does: from pageable host memory, the call first waits for the stream's earlier work, stages
+        the data and returns before the DMA runs; to pageable host memory, it returns once the copy is done; with
         ``non_blocking=False`` a ``cudaStreamSynchronize`` follows (as ``Tensor.copy_`` does). A blocking copy
         is recorded as one sync of ``sync_kind`` (default: pageable_copy for a non_blocking pageable copy,
         to_host for DtoH, else other).
@@ -255,10 +256,15 @@ class Scenario:
             args["memory bandwidth (GB/s)"] = nbytes / (dur_us * self.whatif.device_scale) / 1e3
             name = _MEMCPY_NAMES[(kind, not pageable)]
             t0 = m.current.clock
-            act = m.enqueue("gpu_memcpy", name, stream, dur_us, "cudaMemcpyAsync", args)
-            if pageable:
+            if pageable and kind == "HtoD":
+                # CUDA: synchronise the stream, stage the pageable data, return; the DMA runs afterwards
+                m.block("cudaMemcpyAsync", corr, self.costs.launch_cpu_us, m.last_on([stream]))
+                m.enqueue("gpu_memcpy", name, stream, dur_us, "cudaMemcpyAsync", args)
+            elif pageable:  # to pageable host memory: returns once the copy itself is done
+                act = m.enqueue("gpu_memcpy", name, stream, dur_us, "cudaMemcpyAsync", args)
                 m.block("cudaMemcpyAsync", corr, self.costs.launch_cpu_us, act)
             else:
+                m.enqueue("gpu_memcpy", name, stream, dur_us, "cudaMemcpyAsync", args)
                 m.advance(m.host_cost(self.costs.launch_cpu_us))
             m.runtime("cudaMemcpyAsync", t0, m.current.clock, corr, "s")
             if not non_blocking:

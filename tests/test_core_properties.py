@@ -1,0 +1,177 @@
+"""Property tests of the analyzer core on random builder traces (hypothesis): the critical path tiles the
+window, gaps and busy time partition it, the unchanged replay reproduces the trace, cheaper costs never make
+a replay slower, and every graph edge goes forward in time."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+from tempfile import TemporaryDirectory
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from analyzer import intervals, load
+from analyzer.analysis import Analysis, Options, analyze, busy_intervals
+from analyzer.graph_check import check_graph
+from analyzer.inputs import input_intervals, main_thread
+from analyzer.replay import Costs, make_frame, recorded_end, replay
+from collector.scenario import Scenario
+
+SYNCS = ("none", "device", "stream", "item", "pageable", "event")
+
+
+@dataclass(frozen=True)
+class Step:
+    load_us: float  # data loading before the step's work (0: none)
+    prep_us: float  # host prep annotation
+    kernels: tuple[float, ...]  # kernel durations on stream 7
+    side_copy_us: float  # a copy on stream 20 that stream 7 waits for (0: none)
+    sync: str
+
+
+steps_strategy = st.lists(
+    st.builds(
+        Step,
+        load_us=st.sampled_from([0.0, 0.0, 150.0, 800.0]),
+        prep_us=st.floats(0.0, 600.0).map(round),
+        kernels=st.lists(st.floats(1.0, 900.0).map(round), min_size=0, max_size=4).map(tuple),
+        side_copy_us=st.sampled_from([0.0, 0.0, 120.0, 500.0]),
+        sync=st.sampled_from(SYNCS),
+    ),
+    min_size=1,
+    max_size=4,
+)
+
+
+def build(steps: list[Step], final_sync: bool) -> Scenario:
+    """A loop of profiled steps: optional loading, host prep, a side-stream copy the compute stream waits on,
+    kernels, and one of several syncs."""
+    sc = Scenario("random")
+    with sc.py_frame("train.py", 10, "main"):
+        for i, s in enumerate(steps):
+            with sc.step(), sc.py_frame("train.py", 30, "train_step"):
+                if s.load_us:
+                    sc.data_loading(s.load_us)
+                if s.prep_us:
+                    sc.host("prep", s.prep_us, cat="user_annotation")
+                if s.side_copy_us:
+                    with sc.op("aten::copy_"):
+                        sc.memcpy("HtoD", 1 << 20, s.side_copy_us, pinned=True, stream=20)
+                    sc.stream_wait_event(7, sc.event_record(20))
+                for k in s.kernels or (5.0,):
+                    with sc.op("aten::mm", self_us=10):
+                        sc.launch("gemm_kernel", k)
+                if s.sync == "device":
+                    sc.synchronize()
+                elif s.sync == "stream":
+                    sc.stream_synchronize(7)
+                elif s.sync == "item":
+                    sc.item()
+                elif s.sync == "pageable":
+                    sc.to_device(1 << 20, 80.0, pinned=False, non_blocking=True)
+                elif s.sync == "event":
+                    sc.event_synchronize(sc.event_record(7))
+                if final_sync and i == len(steps) - 1:
+                    sc.synchronize()
+    return sc
+
+
+def analysed(sc: Scenario, min_gap_us: float = 0.0) -> Analysis:
+    with TemporaryDirectory() as tmp:
+        path = sc.write(Path(tmp) / "random.pt.trace.json.gz")
+        return analyze(load(path), options=Options(min_gap_us=min_gap_us))
+
+
+PROPERTY = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@PROPERTY
+@given(steps=steps_strategy, final_sync=st.booleans())
+def test_critical_path_tiles_the_window(steps: list[Step], final_sync: bool) -> None:
+    # GIVEN a random builder trace
+    a = analysed(build(steps, final_sync))
+    cp = a.critical
+    assert cp is not None
+    # WHEN its critical path is walked
+    # THEN its length is the window, and its segments tile it without overlap or hole
+    assert cp.length_us == pytest.approx(a.window.dur_us, rel=1e-6)
+    segs = cp.segments
+    assert segs[0].start_us == pytest.approx(a.window.start_us, abs=1e-6)
+    assert segs[-1].end_us == pytest.approx(a.window.end_us, abs=1e-6)
+    for prev, nxt in itertools.pairwise(segs):
+        assert nxt.start_us == pytest.approx(prev.end_us, abs=1e-6)
+    assert all(s.end_us > s.start_us for s in segs)
+    assert sum(cp.breakdown_us.values()) == pytest.approx(a.window.dur_us, rel=1e-6)
+
+
+@PROPERTY
+@given(steps=steps_strategy, final_sync=st.booleans())
+def test_gaps_and_busy_partition_the_window(steps: list[Step], final_sync: bool) -> None:
+    # GIVEN a random builder trace analysed with min_gap_us=0 (every idle interval is a gap)
+    a = analysed(build(steps, final_sync), min_gap_us=0.0)
+    assert a.main_device is not None
+    bs, be = busy_intervals(a.model, a.main_device, a.window)
+    gaps = sorted((g for g in a.gaps if g.device == a.main_device), key=lambda g: g.start_us)
+    # THEN no gap overlaps busy time or another gap
+    for g in gaps:
+        assert g.end_us >= g.start_us
+        assert float(intervals.covered_in(bs, be, np.array([g.start_us]), np.array([g.end_us]))[0]) < 1e-6
+    for prev, nxt in itertools.pairwise(gaps):
+        assert nxt.start_us >= prev.end_us - 1e-6
+    # AND gaps + busy == window, and idle per cause adds up to the idle
+    idle = sum(g.dur_us for g in gaps)
+    assert idle + intervals.total(bs, be) == pytest.approx(a.window.dur_us, rel=1e-9)
+    assert sum(a.idle_by_cause.values()) == pytest.approx(idle, rel=1e-9, abs=1e-6)
+    assert a.summary.device_idle_us == pytest.approx(idle, rel=1e-9, abs=1e-6)
+    # AND a sync never gets more idle charged than the host waited
+    assert a.graph is not None
+    waited = a.graph.waited()
+    for c, bubble in a.bubble_us.items():
+        assert 0.0 <= bubble <= waited[c] + 1e-6
+
+
+@PROPERTY
+@given(
+    steps=steps_strategy,
+    final_sync=st.booleans(),
+    device_scale=st.floats(0.0, 1.0),
+    host_scale=st.floats(0.0, 1.0),
+    input_scale=st.sampled_from([0.0, 0.5, 1.0]),
+    drop=st.booleans(),
+)
+def test_replay_is_exact_unchanged_and_monotone_in_costs(
+    steps: list[Step],
+    final_sync: bool,
+    device_scale: float,
+    host_scale: float,
+    input_scale: float,
+    drop: bool,
+) -> None:
+    # GIVEN a random builder trace, its graph and replay frame
+    a = analysed(build(steps, final_sync))
+    g = a.graph
+    assert g is not None
+    # THEN every graph edge goes forward in time
+    assert check_graph(g) == []
+    f = make_frame(g, a.window.start_us, a.window.end_us, main_thread(a.model, g), input_intervals(a.model))
+    # WHEN replayed unchanged THEN every call and activity time and the makespan are reproduced
+    base = replay(g, f, Costs())
+    np.testing.assert_allclose(base.call_start, g.call_start, rtol=1e-12, atol=1e-6)
+    np.testing.assert_allclose(base.call_end, g.call_end, rtol=1e-12, atol=1e-6)
+    np.testing.assert_allclose(base.act_start, g.act_start, rtol=1e-12, atol=1e-6)
+    np.testing.assert_allclose(base.act_end, g.act_end, rtol=1e-12, atol=1e-6)
+    assert base.end_us - f.start_us == pytest.approx(recorded_end(g, f) - f.start_us, rel=1e-9)
+    # AND making any cost smaller never makes the replay slower
+    blocking = frozenset(np.flatnonzero(g.call_blocking != 0).tolist()) if drop else frozenset()
+    for costs in (
+        Costs(device_scale=device_scale),
+        Costs(host_scale=host_scale),
+        Costs(input_scale=input_scale),
+        Costs(no_wait=blocking),
+        Costs(device_scale=device_scale, host_scale=host_scale, input_scale=input_scale, no_wait=blocking),
+    ):
+        assert replay(g, f, costs).end_us <= base.end_us + 1e-6, costs
