@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
+import numpy.typing as npt
 
 from analyzer.graph import Graph
 from analyzer.model import F64, I64
@@ -35,15 +36,40 @@ class Segment(NamedTuple):
     end_us: float
 
 
+_KINDS = tuple(Kind)
+_INDEX = {k: i for i, k in enumerate(_KINDS)}
+
+
 @dataclass(frozen=True)
 class CriticalPath:
+    """The path as columns (one row per merged segment; no object per node on large traces)."""
+
     length_us: float
     breakdown_us: dict[Kind, float]
-    segments: tuple[Segment, ...]
+    kind: npt.NDArray[np.int8]  # index into Kind
+    lane: I64
+    event: I64  # the event a segment belongs to (-1: host work between calls)
+    start_us: F64
+    end_us: F64
 
     @property
     def bottleneck(self) -> Kind:
         return max(self.breakdown_us, key=lambda k: self.breakdown_us[k])
+
+    @property
+    def segments(self) -> tuple[Segment, ...]:
+        """The segments as named tuples, in time order (made on demand: a view for reports and tests)."""
+        kinds = [_KINDS[k] for k in self.kind.tolist()]
+        return tuple(
+            map(
+                Segment,
+                kinds,
+                self.lane.tolist(),
+                self.event.tolist(),
+                self.start_us.tolist(),
+                self.end_us.tolist(),
+            )
+        )
 
 
 def critical_path(
@@ -61,11 +87,10 @@ def critical_path(
         walk.run(("device", a, end_us, -1))
     else:
         walk.run(("host", main_lane, end_us, -1))
-    segments = _merged(walk.segments[::-1])
-    breakdown = {k: 0.0 for k in Kind}
-    for s in segments:
-        breakdown[s.kind] += s.end_us - s.start_us
-    return CriticalPath(sum(breakdown.values()), breakdown, tuple(segments))
+    kind, lane, event, lo, hi = _merged(walk)
+    totals = np.bincount(kind, weights=hi - lo, minlength=len(_KINDS))
+    breakdown = {k: float(totals[i]) for i, k in enumerate(_KINDS)}
+    return CriticalPath(float(totals.sum()), breakdown, kind, lane, event, lo, hi)
 
 
 class _Walk:
@@ -74,7 +99,11 @@ class _Walk:
     def __init__(self, g: Graph, start_us: float, input_by_lane: dict[int, tuple[F64, F64]]) -> None:
         self.start = start_us
         self.inputs = input_by_lane
-        self.segments: list[tuple[Kind, int, int, float, float]] = []
+        self.kind: list[int] = []  # the segments, appended backwards in time, one list per column
+        self.lane: list[int] = []
+        self.event: list[int] = []
+        self.lo: list[float] = []
+        self.hi: list[float] = []
         self.calls_by_lane: dict[int, tuple[F64, I64]] = {}
         for lane in np.unique(g.call_lane).tolist():
             idx = np.flatnonzero(g.call_lane == lane)
@@ -93,7 +122,11 @@ class _Walk:
         """Record [lo, hi] clipped to the window; False once the window's start is reached."""
         lo_c = lo if lo > self.start else self.start
         if hi > lo_c:
-            self.segments.append((kind, lane, event, lo_c, hi))
+            self.kind.append(_INDEX[kind])
+            self.lane.append(lane)
+            self.event.append(event)
+            self.lo.append(lo_c)
+            self.hi.append(hi)
         return lo > self.start
 
     def host_work(self, lane: int, lo: float, hi: float) -> bool:
@@ -172,14 +205,23 @@ class _Walk:
 State = tuple[str, int, float, int] | None  # (host | device, lane or activity, time, call bound)
 
 
-def _merged(segments: list[tuple[Kind, int, int, float, float]]) -> list[Segment]:
-    """Join touching segments of one kind on one lane (host work and the calls inside it, for example)."""
-    out: list[list[Any]] = []
-    for kind, lane, event, lo, hi in segments:
-        if out and out[-1][0] == kind and out[-1][1] == lane and abs(out[-1][4] - lo) < 1e-9:
-            last = out[-1]
-            last[2] = last[2] if last[2] >= 0 else event
-            last[4] = hi
-        else:
-            out.append([kind, lane, event, lo, hi])
-    return [Segment(*s) for s in out]
+def _merged(walk: _Walk) -> tuple[npt.NDArray[np.int8], I64, I64, F64, F64]:
+    """The walk's segments in time order, touching segments of one kind on one lane joined (host work and
+    the calls inside it, for example); a joined segment keeps the first event it names."""
+    kind = np.array(walk.kind[::-1], dtype=np.int8)
+    lane = np.array(walk.lane[::-1], dtype=np.int64)
+    event = np.array(walk.event[::-1], dtype=np.int64)
+    lo = np.array(walk.lo[::-1], dtype=np.float64)
+    hi = np.array(walk.hi[::-1], dtype=np.float64)
+    if not len(kind):
+        return kind, lane, event, lo, hi
+    new = np.ones(len(kind), dtype=np.bool_)
+    new[1:] = (kind[1:] != kind[:-1]) | (lane[1:] != lane[:-1]) | (np.abs(lo[1:] - hi[:-1]) >= 1e-9)
+    first = np.flatnonzero(new)
+    last = np.append(first[1:] - 1, len(kind) - 1)
+    named = np.where(event >= 0, np.arange(len(event)), len(event))  # first segment naming an event
+    group = np.cumsum(new) - 1
+    first_named = np.full(len(first), len(event))
+    np.minimum.at(first_named, group, named)
+    merged_event = np.where(first_named < len(event), event[np.minimum(first_named, len(event) - 1)], -1)
+    return kind[first], lane[first], merged_event, lo[first], hi[last]

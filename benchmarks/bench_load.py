@@ -134,6 +134,7 @@ def measure(trace: Path, repeat: int, skip_hta: bool) -> dict[str, dict[str, flo
         "stallscope cold": [],
         "stallscope parse": [],
         "stallscope warm": [],
+        "stallscope analyze": [],
     }
     for _ in range(repeat):
         cache = tempfile.mkdtemp(prefix="stallscope-bench-cache-")
