@@ -5,6 +5,7 @@ Work is done per column with list comprehensions and numpy, never per event with
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable
 from itertools import compress, repeat
@@ -400,16 +401,44 @@ def _devices(lanes: tuple[Lane, ...], properties: list[dict[str, Any]]) -> tuple
     return tuple(Device(i, str(by_id.get(i, {}).get("name", f"device {i}")), by_id.get(i, {})) for i in ids)
 
 
+#: user annotations that name an iteration when a trace has no ``ProfilerStep#N`` ("iteration#12",
+#: "train_step 3", "iter_5"): a number at the end, after the word iteration, iter or step
+_ITERATION = re.compile(r"(?:^|[^a-z])(?:iteration|iter|step)[#_ -]?(\d+)$", re.IGNORECASE)
+
+
 def _steps(table: EventTable, lanes: tuple[Lane, ...], strings: tuple[str, ...]) -> tuple[Step, ...]:
-    """``ProfilerStep#N`` spans on host threads (annotations, or cpu_op in old traces)."""
-    is_step_name = np.array([s.startswith(STEP_PREFIX) for s in strings], dtype=np.bool_)
+    """``ProfilerStep#N`` spans on host threads (annotations, or cpu_op in old traces); without them, the
+    iterations a user annotated (at least two, on one thread, not overlapping)."""
     host = np.array([lane.kind == LaneKind.HOST for lane in lanes], dtype=np.bool_)
-    mask = is_step_name[table.name] & host[table.lane] & table.is_kind(EventKind.ANNOTATION, EventKind.CPU_OP)
+    spans = host[table.lane] & table.is_kind(EventKind.ANNOTATION, EventKind.CPU_OP)
+    is_step_name = np.array([s.startswith(STEP_PREFIX) for s in strings], dtype=np.bool_)
+    found = np.flatnonzero(is_step_name[table.name] & spans)
+    if not len(found):
+        return _annotated_iterations(table, strings, host)
     steps: list[Step] = []
-    for i in np.flatnonzero(mask).tolist():
+    for i in found.tolist():
         name = strings[int(table.name[i])]
         suffix = name[len(STEP_PREFIX) :]
         number = int(suffix) if suffix.isdigit() else len(steps)
         start = float(table.ts[i])
         steps.append(Step(name, number, start, start + float(table.dur[i]), int(table.lane[i]), i))
     return tuple(steps)
+
+
+def _annotated_iterations(table: EventTable, strings: tuple[str, ...], host: Mask) -> tuple[Step, ...]:
+    numbers = [_ITERATION.search(s) for s in strings]
+    named = np.array([m is not None for m in numbers], dtype=np.bool_)
+    found = np.flatnonzero(named[table.name] & host[table.lane] & (table.kind == EventKind.ANNOTATION))
+    if len(found) < 2:
+        return ()
+    lane = int(np.bincount(table.lane[found]).argmax())
+    steps: list[Step] = []
+    for i in found[table.lane[found] == lane].tolist():
+        start = float(table.ts[i])
+        if steps and start < steps[-1].end_us:  # nested or overlapping: not a sequence of iterations
+            continue
+        name = strings[int(table.name[i])]
+        match = numbers[int(table.name[i])]
+        assert match is not None
+        steps.append(Step(name, int(match.group(1)), start, start + float(table.dur[i]), lane, i))
+    return tuple(steps) if len(steps) >= 2 else ()

@@ -793,3 +793,28 @@ def test_unknown_top_level_keys_are_counted_not_fatal(
     # THEN the unknown ones are listed, the known ones are not, and the events load as usual
     assert m.report.unknown_keys == ("host_name", "tw_job")
     assert m.event_count == len([e for e in minimal_trace()["traceEvents"] if e["ph"] in ("X", "i")])
+
+
+def test_annotated_iterations_are_the_steps_when_there_is_no_profiler_step(write_trace: WriteTrace) -> None:
+    # GIVEN a trace without ProfilerStep#N whose loop annotates "iteration#N" (and a nested "step_fn" and an
+    # "Optimizer.step#SGD.step" that must not count), plus one kernel per iteration
+    events: list[Event] = [
+        span("user_annotation", "setup", 0, 50),
+        span("user_annotation", "iteration#7", 100, 300),
+        span("user_annotation", "Optimizer.step#SGD.step", 150, 20),
+        span("user_annotation", "iteration#8", 400, 250),
+        span("user_annotation", "train_step 8", 410, 100),  # nested inside iteration#8: not a new iteration
+        *launch_pair(120, 1, 130, 40, ext=1),
+        *launch_pair(420, 2, 430, 60, ext=2),
+    ]
+    # WHEN loaded and analysed
+    m = load_one(write_trace(document(events)), use_cache=False)
+    # THEN the annotated iterations are the steps and the window spans them
+    assert [(s.name, s.number, s.start_us, s.end_us) for s in m.steps] == [
+        ("iteration#7", 7, 100.0, 400.0),
+        ("iteration#8", 8, 400.0, 650.0),
+    ]
+    from analyzer.analysis import find_window
+
+    w = find_window(m)
+    assert (w.start_us, w.end_us, w.basis.value) == (100.0, 650.0, "steps")
