@@ -20,7 +20,8 @@ from analyzer.model import F64, LoadReport, TraceModel, TraceSet
 from analyzer.names import EventKind
 from analyzer.pipeline import Pipeline, pipeline_model
 from analyzer.replay import Scenario, make_frame
-from analyzer.whatif import AvoidablePolicy, WhatIfReport, device_wide_syncs_in_steps, what_if
+from analyzer.syncs import Sync, find_syncs
+from analyzer.whatif import AvoidablePolicy, WhatIfReport, what_if
 
 SCHEMA = "stallscope.analysis/1"
 
@@ -81,7 +82,9 @@ class Options:
     """Analysis settings (DESIGN.md §4 defaults)."""
 
     min_gap_us: float = MIN_GAP_US
-    avoidable: AvoidablePolicy = device_wide_syncs_in_steps  # which blocking calls no_avoidable_syncs drops
+    avoidable: AvoidablePolicy | None = (
+        None  # which calls no_avoidable_syncs drops (None: the avoidable syncs)
+    )
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,7 @@ class Analysis:
     bubble_us: dict[int, float] = field(default_factory=dict)  # graph call index -> idle charged to it
     whatif: WhatIfReport | None = None
     pipeline: Pipeline | None = None
+    syncs: tuple[Sync, ...] = ()
     options: Options = field(default_factory=Options)
     ranks: tuple[int, ...] = ()
     per_rank: dict[int, Summary] = field(default_factory=dict)
@@ -223,7 +227,10 @@ def analyze_model(model: TraceModel, options: Options | None = None) -> Analysis
         if d.id == main:
             idle = report.idle_by_cause
             bubbles = report.bubble_us
-    whatif = what_if(model, graph, frame, opts.avoidable)
+    syncs = find_syncs(model, graph, bubbles, window.start_us, window.end_us)
+    avoidable_calls = frozenset(c for s in syncs if s.avoidable for c in s.calls)
+    policy = opts.avoidable or (lambda _m, _g, _s, _e: avoidable_calls)
+    whatif = what_if(model, graph, frame, policy)
     notes: tuple[str, ...] = ()
     if whatif.replay_error > 0.01:
         notes = (
@@ -232,6 +239,8 @@ def analyze_model(model: TraceModel, options: Options | None = None) -> Analysis
     saving = max(whatif.saving(Scenario.NO_AVOIDABLE_SYNCS), whatif.saving(Scenario.INPUT_OVERLAPPED), 0.0)
     summary = replace(
         summary,
+        sync_count=len(syncs),
+        avoidable_sync_count=sum(1 for s in syncs if s.avoidable),
         critical_path_us=critical.length_us,
         bottleneck=critical.bottleneck.value,
         est_saving_us=saving,
@@ -244,14 +253,15 @@ def analyze_model(model: TraceModel, options: Options | None = None) -> Analysis
         devices,
         steps,
         summary,
-        graph,
-        critical,
-        tuple(gaps),
-        idle,
-        bubbles,
-        whatif,
-        pipe,
-        opts,
+        graph=graph,
+        critical=critical,
+        gaps=tuple(gaps),
+        idle_by_cause=idle,
+        bubble_us=bubbles,
+        whatif=whatif,
+        pipeline=pipe,
+        syncs=syncs,
+        options=opts,
         notes=notes,
     )
 

@@ -7,6 +7,8 @@ from typing import Any
 
 from analyzer.analysis import SCHEMA, Analysis, Summary
 from analyzer.gaps import Gap
+from analyzer.sites import CallSite
+from analyzer.syncs import Sync
 
 
 def _summary(s: Summary) -> dict[str, Any]:
@@ -15,6 +17,7 @@ def _summary(s: Summary) -> dict[str, Any]:
 
 def to_json(a: Analysis) -> dict[str, Any]:
     m = a.model
+    sync_of = {c: s.id for s in a.syncs for c in s.calls}
     report = m.report
     return {
         "schema": SCHEMA,
@@ -61,8 +64,8 @@ def to_json(a: Analysis) -> dict[str, Any]:
             for d in a.devices
         ],
         "critical_path": _critical(a),
-        "gaps": [_gap(a, g) for g in a.gaps],
-        "syncs": [],
+        "gaps": [_gap(a, g, sync_of) for g in a.gaps],
+        "syncs": [_sync(a, s) for s in a.syncs],
         "findings": [],
         "steps": [asdict(s) for s in a.steps],
         "whatif": [
@@ -97,7 +100,28 @@ def _critical(a: Analysis) -> dict[str, Any] | None:
     }
 
 
-def _gap(a: Analysis, g: Gap) -> dict[str, Any]:
+def _site(site: CallSite | None) -> dict[str, Any] | None:
+    return {"file": site.file, "line": site.line, "function": site.function} if site else None
+
+
+def _sync(a: Analysis, s: Sync) -> dict[str, Any]:
+    return {
+        "id": s.id,
+        "kind": s.kind.value,
+        "api": s.api,
+        "op": s.op,
+        "thread": a.model.lanes[s.thread].label,
+        "start_us": s.start_us,
+        "wait_us": s.wait_us,
+        "bubble_us": s.bubble_us,
+        "avoidable": s.avoidable,
+        "reason": [r.value for r in s.reasons],
+        "call_site": _site(s.call_site),
+        "step": a.steps[s.step].name if 0 <= s.step < len(a.steps) else None,
+    }
+
+
+def _gap(a: Analysis, g: Gap, sync_of: dict[int, int]) -> dict[str, Any]:
     site = g.call_site
     return {
         "device": g.device,
@@ -106,7 +130,7 @@ def _gap(a: Analysis, g: Gap) -> dict[str, Any]:
         "dur_us": g.dur_us,
         "cause": g.cause.value,
         "detail": g.detail,
-        "call_site": {"file": site.file, "line": site.line, "function": site.function} if site else None,
-        "sync_id": None,  # filled once syncs are classified (grouped per user-level operation)
+        "call_site": _site(site),
+        "sync_id": sync_of.get(g.blocking_call) if g.blocking_call >= 0 else None,
         "charged_us": g.charged_us,
     }

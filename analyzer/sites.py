@@ -18,6 +18,17 @@ from analyzer.names import EventKind
 _FRAME = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<function>.+)$")
 _LIBRARY_PARTS = ("site-packages/", "dist-packages/", "/torch/", "torch/", "/lib/python", "<frozen ")
 _STDLIB = frozenset(sys.stdlib_module_names)
+#: packages whose frames Kineto names by their package-relative path ("transformers/models/...")
+_THIRD_PARTY = frozenset(
+    {
+        "transformers", "accelerate", "diffusers", "timm", "torchvision", "torchaudio", "torchtext",
+        "lightning", "pytorch_lightning", "lightning_fabric", "deepspeed", "megatron", "apex", "triton",
+        "numpy", "fairscale", "xformers", "flash_attn", "peft", "datasets", "tokenizers", "sklearn", "scipy",
+        "pandas", "einops", "vllm", "sglang", "tensorrt_llm", "torch_xla", "functorch", "tqdm", "wandb",
+        "hydra", "omegaconf", "safetensors", "huggingface_hub", "PIL", "cv2", "mmcv", "mmdet", "detectron2",
+        "onnx", "onnxruntime", "torchmetrics", "torchdata", "thunder", "nvfuser", "transformer_engine",
+    }
+)  # fmt: skip
 _MAX_DEPTH = 512
 
 
@@ -41,7 +52,7 @@ def parse_frame(name: str) -> CallSite | None:
     if any(part in file for part in _LIBRARY_PARTS) or file.startswith("torch"):
         return None
     root = file.replace("\\\\", "/").split("/")[0].removesuffix(".py")
-    if "/" not in file and root in _STDLIB:
+    if not file.startswith("/") and (root in _STDLIB or root in _THIRD_PARTY):
         return None
     return CallSite(file, int(m["line"]), m["function"])
 

@@ -15,21 +15,6 @@ from analyzer.replay import Costs, Frame, Scenario, recorded_end, replay
 AvoidablePolicy = Callable[[TraceModel, Graph, float, float], frozenset[int]]
 
 
-def device_wide_syncs_in_steps(model: TraceModel, g: Graph, start_us: float, end_us: float) -> frozenset[int]:
-    """Interim policy until sync classification exists: device-wide synchronizes inside a profiled step
-    are avoidable (a narrower wait, or none, would do)."""
-    if not model.steps:
-        return frozenset()
-    lo = np.array([s.start_us for s in model.steps])
-    hi = np.array([s.end_us for s in model.steps])
-    out = set()
-    for c in np.flatnonzero(g.call_blocking == Blocking.DEVICE).tolist():
-        k = int(np.searchsorted(lo, g.call_start[c], side="right")) - 1
-        if k >= 0 and g.call_start[c] < hi[k] and g.waited()[c] > 0:
-            out.add(c)
-    return frozenset(out)
-
-
 @dataclass(frozen=True)
 class WhatIf:
     scenario: Scenario

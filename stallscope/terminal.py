@@ -28,6 +28,7 @@ def render(a: Analysis) -> str:
     m = a.model
     lines = [f"stallscope: {m.path}"]
     lines.extend(_verdict(a))
+    lines.extend(_syncs(a))
     lines.extend(_whatif(a))
     if a.pipeline:
         p = a.pipeline
@@ -69,6 +70,30 @@ def _verdict(a: Analysis) -> list[str]:
     else:
         out.append("            no realistic saving found from removing avoidable syncs or overlapping input")
     return out
+
+
+def _syncs(a: Analysis, top: int = 2) -> list[str]:
+    """How many syncs, how many avoidable, and the costliest avoidable call sites."""
+    if not a.syncs:
+        return []
+    avoidable = [s for s in a.syncs if s.avoidable]
+    head = f"  syncs     {len(a.syncs)} blocking, {len(avoidable)} avoidable"
+    if not avoidable:
+        return [head]
+    by_site: dict[tuple[str, str], list[float]] = {}
+    for s in avoidable:
+        where = str(s.call_site) if s.call_site else (s.op or s.api)
+        cost = by_site.setdefault((where, s.kind.value), [0.0, 0.0, 0.0])
+        cost[0] += 1
+        cost[1] += s.wait_us
+        cost[2] += s.bubble_us
+    ranked = sorted(by_site.items(), key=lambda kv: -(kv[1][1] + kv[1][2]))[:top]
+    rows = [head + ":"]
+    for (where, kind), (count, wait, bubble) in ranked:
+        rows.append(
+            f"            {int(count)} x {kind} at {where}: host blocked {ms(wait)}, device idle after {ms(bubble)}"
+        )
+    return rows
 
 
 def _whatif(a: Analysis) -> list[str]:

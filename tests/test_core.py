@@ -223,14 +223,8 @@ def test_sample_gaps_match_expected(name: str) -> None:
     assert bubbles == pytest.approx([s["bubble_us"] for s in exp["syncs"] if s["bubble_us"] > 0], abs=1.0)
 
 
-#: Deliberate differences from the simulation:
-#: ``no_avoidable_syncs`` uses the interim policy (device-wide syncs inside steps are avoidable), so the final
-#: ``synchronize()`` counts (a 2 µs saving the simulation does not have) and ``.item()`` / pageable copies do
-#: not; it is checked with a matching policy in ``test_no_avoidable_syncs_with_the_simulated_policy``.
-INTERIM_POLICY = {"item_in_loop.pt.trace.json.gz", "pageable_copy_loop.pt.trace.json.gz"}
-#: Known analyzer bug: a kernel held back by ``cudaStreamWaitEvent`` at the start of the profile has the wait
-#: counted as its launch latency (graph._latencies), so device_2x cannot start it earlier: 2208 vs 2008 µs.
-STREAM_WAIT_LATENCY_BUG = {("multistream_overlap.pt.trace.json.gz", "device_2x")}
+#: Samples whose avoidable syncs are .item() calls and pageable copies (not device-wide synchronizes).
+AVOIDABLE_NOT_BLANKET = {"item_in_loop.pt.trace.json.gz", "pageable_copy_loop.pt.trace.json.gz"}
 
 
 @pytest.mark.parametrize("name", SAMPLE_NAMES)
@@ -246,11 +240,6 @@ def test_sample_what_if_matches_expected(name: str) -> None:
     wrong = []
     for r in EXPECTED[name]["whatif"]:
         scenario, want = r["scenario"], r["predicted_wall_us"]
-        if (scenario == "no_avoidable_syncs" and name in INTERIM_POLICY) or (
-            name,
-            scenario,
-        ) in STREAM_WAIT_LATENCY_BUG:
-            continue
         if not within(got[scenario], want):
             wrong.append(f"{scenario}: {got[scenario]} vs {want}")
     assert wrong == []
@@ -268,27 +257,21 @@ def test_stream_wait_held_kernel_is_not_launch_latency() -> None:
     assert within(whatif(a)["device_2x"], exp["device_2x"])
 
 
-def test_no_avoidable_syncs_with_the_simulated_policy() -> None:
+def test_no_avoidable_syncs_policy_hook() -> None:
     # GIVEN item_in_loop / pageable_copy_loop, where the simulation marks .item() and the pageable copies
-    # avoidable, and a policy saying the same: every blocking call except device-wide ones, inside the window
+    # avoidable, and a policy given through Options saying the same: every blocking call in the window
+    # except device-wide ones
     def not_device_wide(model: TraceModel, g: Graph, start: float, end: float) -> frozenset[int]:
         blocking = np.flatnonzero((g.call_blocking != Blocking.NO) & (g.call_blocking != Blocking.DEVICE))
         return frozenset(c for c in blocking.tolist() if start <= g.call_start[c] < end)
 
-    for name in sorted(INTERIM_POLICY):
-        # WHEN analysed with that policy
-        a = analyze(load(SAMPLES / name), options=Options(avoidable=not_device_wide))
+    for name in sorted(AVOIDABLE_NOT_BLANKET):
+        # WHEN analysed with that policy, and with the default one (the sync classification)
+        custom = analyze(load(SAMPLES / name), options=Options(avoidable=not_device_wide))
         want = {r["scenario"]: r["predicted_wall_us"] for r in EXPECTED[name]["whatif"]}
-        # THEN no_avoidable_syncs predicts the simulated wall time within 1%
-        assert within(whatif(a)["no_avoidable_syncs"], want["no_avoidable_syncs"]), name
-        # AND the default (interim) policy saves next to nothing there, as its docstring says
-        assert whatif(sample(name))["no_avoidable_syncs"] > 0.99 * sample(name).window.dur_us
-
-
-#: Known gap: step/summary sync wait counts only synchronize calls and synchronous copies
-#: (analysis.host_sync_calls), not cudaMemcpyAsync to or from pageable memory (DESIGN.md §4 lists them as
-#: syncs), so P includes the time .item() / pageable copies blocked: 3963 vs 1158 µs, 1861 vs 327 µs.
-PAGEABLE_WAIT_NOT_COUNTED = INTERIM_POLICY
+        # THEN both predict the simulated no_avoidable_syncs wall time within 1%
+        assert within(whatif(custom)["no_avoidable_syncs"], want["no_avoidable_syncs"]), name
+        assert within(whatif(sample(name))["no_avoidable_syncs"], want["no_avoidable_syncs"]), name
 
 
 @pytest.mark.parametrize("name", SAMPLE_NAMES)
@@ -307,10 +290,6 @@ def test_sample_pipeline_matches_expected(name: str) -> None:
     # THEN n is the step count and P, G, serial and pipelined times agree within 1%
     assert p.batches == want["batches"]
     wrong = {k: (v, want[k]) for k, v in got.items() if not within(v, want[k])}
-    if name in PAGEABLE_WAIT_NOT_COUNTED:
-        assert "device_us" not in wrong
-        if wrong:
-            pytest.xfail(f"known gap: pageable-copy waits are not counted as sync wait: {wrong}")
     assert wrong == {}
     assert p.bottleneck == want["bottleneck"]
 

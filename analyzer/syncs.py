@@ -1,0 +1,262 @@
+"""Syncs: blocking host calls grouped per user-level operation, with kind, cost, call site and whether
+they were avoidable (DESIGN.md §4).
+
+One ``.item()`` issues a blocking copy and a stream synchronize: both sit under one aten op and make one
+sync, whose ``api`` is the call that blocked longest. ``kind`` comes from the aten op above the calls;
+``wait_us`` is the host time blocked; ``bubble_us`` the device idle charged to it by the gap pass.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+
+import numpy as np
+
+from analyzer.graph import Blocking, Graph
+from analyzer.model import NO_ID, Step, TraceModel
+from analyzer.names import ApiKind, EventKind
+from analyzer.sites import CallSite, call_site
+
+
+class SyncKind(str, Enum):
+    SCALAR_READ = "scalar_read"  # .item(), _local_scalar_dense, is_nonzero, `if tensor:`
+    TO_HOST = "to_host"  # .to("cpu"), .cpu(), .tolist(), .numpy(), copy_ to the host
+    DATA_DEPENDENT = "data_dependent"  # nonzero, masked_select, boolean indexing, unique, repeat_interleave
+    BLANKET = "blanket"  # device-wide synchronize
+    STREAM = "stream"
+    EVENT = "event"
+    PAGEABLE_COPY = "pageable_copy"  # a non_blocking copy made synchronous by pageable memory
+    ALLOCATOR = "allocator"
+    OTHER = "other"
+
+
+class Reason(str, Enum):
+    BLANKET = "blanket"  # a narrower sync, or none, would do
+    REPEATED = "repeated"  # the same site syncs in every step
+    REDUNDANT = "redundant"  # nothing was queued since the previous sync
+    LOGGING = "logging"  # the value only feeds print/logging/metrics
+    PAGEABLE_COPY = "pageable_copy"
+    DATA_DEPENDENT = "data_dependent"
+
+
+@dataclass(frozen=True)
+class Sync:
+    id: int
+    kind: SyncKind
+    api: str  # the runtime call that blocked longest
+    op: str | None  # the user-level aten op the calls ran under
+    thread: int  # host lane
+    start_us: float
+    wait_us: float
+    bubble_us: float
+    avoidable: bool
+    reasons: tuple[Reason, ...]
+    call_site: CallSite | None
+    calls: tuple[int, ...]  # graph call indices grouped into this sync
+    step: int  # index of the step it ran in (-1: outside every step)
+
+
+_SCALAR = re.compile(r"aten::(item|_local_scalar_dense|is_nonzero)$")
+_TO_HOST = re.compile(r"aten::(to|_to_copy|copy_|cpu|tolist|numpy)$")
+_DATA_DEPENDENT = re.compile(
+    r"aten::(nonzero|nonzero_static|masked_select|unique|_unique2|unique_consecutive|repeat_interleave|"
+    r"index|index_put_|masked_scatter_|bincount|histc)$"
+)
+_LOGGING = re.compile(r"log|print|metric|wandb|tensorboard|summary_writer|tqdm|report", re.IGNORECASE)
+
+
+def find_syncs(
+    model: TraceModel, g: Graph, bubble_us: dict[int, float], start_us: float, end_us: float
+) -> tuple[Sync, ...]:
+    """Every blocking call inside the window, grouped per user-level operation, classified."""
+    waited = g.waited()
+    acts_by_call: dict[int, list[int]] = {}
+    for a, c in enumerate(g.act_call.tolist()):
+        if c >= 0:
+            acts_by_call.setdefault(c, []).append(a)
+    pageable = {
+        c
+        for c, acts in acts_by_call.items()
+        if any("Pageable" in model.name_of(int(g.act_event[a])) for a in acts)
+    }
+    inside = (g.call_start >= start_us) & (g.call_start <= end_us)
+    candidates = np.flatnonzero(
+        inside & ((g.call_blocking != Blocking.NO) | np.isin(np.arange(g.calls), list(pageable)))
+    )
+    calls = [
+        c
+        for c in candidates.tolist()
+        if waited[c] > 0 or _named_sync(model, g, c) or c in pageable  # pageable: a sync even when idle
+    ]
+    groups: dict[tuple[int, int], list[int]] = {}
+    for c in calls:
+        e = int(g.call_event[c])
+        top = _user_op(model, e)
+        key = (int(g.call_lane[c]), top if top >= 0 else -1 - c)
+        groups.setdefault(key, []).append(c)
+    raw = []
+    for (lane, top), members in sorted(groups.items(), key=lambda kv: g.call_start[kv[1][0]]):
+        duration = g.call_end[members] - g.call_start[members]
+        longest = members[int(np.argmax(duration))]
+        e = int(g.call_event[longest])
+        raw.append(
+            (
+                _kind(model, g, members, top, acts_by_call),
+                model.name_of(e),
+                model.name_of(top) if top >= 0 else None,
+                lane,
+                float(g.call_start[members[0]]),
+                float(duration.sum()),
+                sum(bubble_us.get(c, 0.0) for c in members),
+                call_site(model, top if top >= 0 else e),
+                tuple(members),
+                _step_of(model.steps, float(g.call_start[members[0]])),
+                _logging(model, top if top >= 0 else e),
+            )
+        )
+    return _classify(model, g, raw, end_us)
+
+
+def _named_sync(model: TraceModel, g: Graph, c: int) -> bool:
+    """Explicit synchronize calls count even when they did not have to wait (they still could have)."""
+    api = model.events.api[g.call_event[c]]
+    return bool(api in (ApiKind.SYNC_DEVICE, ApiKind.SYNC_STREAM, ApiKind.SYNC_EVENT))
+
+
+def _user_op(model: TraceModel, event: int) -> int:
+    """The outermost cpu_op above a runtime call on its thread (the user-level operation), or -1."""
+    ev = model.events
+    at, top = int(ev.parent[event]), NO_ID
+    for _ in range(256):
+        if at < 0:
+            break
+        if ev.kind[at] == EventKind.CPU_OP:
+            top = at
+        at = int(ev.parent[at])
+    return top
+
+
+def _ops_under(model: TraceModel, top: int, event: int) -> list[str]:
+    """Names of the cpu_ops from ``event`` up to ``top``."""
+    ev = model.events
+    names, at = [], int(ev.parent[event])
+    while at >= 0:
+        if ev.kind[at] == EventKind.CPU_OP:
+            names.append(model.name_of(at))
+        if at == top:
+            break
+        at = int(ev.parent[at])
+    return names
+
+
+def _kind(
+    model: TraceModel, g: Graph, members: list[int], top: int, acts_by_call: dict[int, list[int]]
+) -> SyncKind:
+    ev = model.events
+    ops = [n for c in members for n in _ops_under(model, top, int(g.call_event[c]))]
+    if any(_SCALAR.match(n) for n in ops):
+        return SyncKind.SCALAR_READ
+    if any(_DATA_DEPENDENT.match(n) for n in ops):
+        return SyncKind.DATA_DEPENDENT
+    blocking = {Blocking(int(g.call_blocking[c])) for c in members}
+    copy_names = [model.name_of(int(g.act_event[a])) for c in members for a in acts_by_call.get(c, ())]
+    if any("Pageable" in n and "HtoD" in n for n in copy_names) and not any("DtoH" in n for n in copy_names):
+        return SyncKind.PAGEABLE_COPY
+    if any("DtoH" in n for n in copy_names) or any(_TO_HOST.match(n) for n in ops):
+        return SyncKind.TO_HOST if ops else SyncKind.OTHER
+    if Blocking.DEVICE in blocking:
+        return SyncKind.BLANKET
+    if Blocking.STREAM in blocking:
+        return SyncKind.STREAM
+    if Blocking.EVENT in blocking:
+        return SyncKind.EVENT
+    if any(ev.api[g.call_event[c]] in (ApiKind.MALLOC, ApiKind.FREE) for c in members):
+        return SyncKind.ALLOCATOR
+    return SyncKind.OTHER
+
+
+def _step_of(steps: tuple[Step, ...], t: float) -> int:
+    for i, step in enumerate(steps):
+        if step.start_us <= t < step.end_us:
+            return i
+    return -1
+
+
+def _logging(model: TraceModel, event: int) -> bool:
+    """A python frame or annotation above the sync says logging, printing or metrics."""
+    ev = model.events
+    at = int(ev.parent[event]) if event >= 0 else -1
+    for _ in range(512):
+        if at < 0:
+            return False
+        if ev.kind[at] in (EventKind.PYTHON, EventKind.ANNOTATION) and _LOGGING.search(model.name_of(at)):
+            return True
+        at = int(ev.parent[at])
+    return False
+
+
+Raw = tuple[SyncKind, str, str | None, int, float, float, float, CallSite | None, tuple[int, ...], int, bool]
+
+
+def _classify(model: TraceModel, g: Graph, raw: list[Raw], end_us: float) -> tuple[Sync, ...]:
+    """Avoidability: the reasons of DESIGN.md §4. A sync that happens once, at the end of the profiled work
+    (a final synchronize before reading results), is never a false sync."""
+
+    def site_key(r: Raw) -> object:  # one user-level call: its line (or op and api) and its kind
+        return (r[7], r[0]) if r[7] is not None else (r[2], r[1], r[0])
+
+    steps_at: dict[object, set[int]] = {}
+    count_at: dict[object, int] = {}
+    for r in raw:
+        steps_at.setdefault(site_key(r), set()).add(r[9])
+        count_at[site_key(r)] = count_at.get(site_key(r), 0) + 1
+    n_steps = len(model.steps)
+    issued = np.sort(g.issued())
+    out: list[Sync] = []
+    prev_end_by_thread: dict[int, float] = {}
+    for i, r in enumerate(raw):
+        kind, api, op, lane, start, wait, bubble, site, members, step, logging = r
+        end = float(g.call_end[list(members)].max())
+        reasons: list[Reason] = []
+        final = i == len(raw) - 1 and count_at[site_key(r)] == 1 and not _issued_between(issued, end, end_us)
+        if not final:
+            if kind == SyncKind.BLANKET and step >= 0:
+                reasons.append(Reason.BLANKET)
+            in_steps = {s for s in steps_at[site_key(r)] if s >= 0}
+            if n_steps >= 2 and len(in_steps) >= max(2, n_steps // 2):
+                reasons.append(Reason.REPEATED)
+            previous = prev_end_by_thread.get(lane)
+            if previous is not None and not _issued_between(issued, previous, start):
+                reasons.append(Reason.REDUNDANT)
+            if logging:
+                reasons.append(Reason.LOGGING)
+            if kind == SyncKind.PAGEABLE_COPY:
+                reasons.append(Reason.PAGEABLE_COPY)
+            if kind == SyncKind.DATA_DEPENDENT:
+                reasons.append(Reason.DATA_DEPENDENT)
+        prev_end_by_thread[lane] = end
+        out.append(
+            Sync(
+                i,
+                kind,
+                api,
+                op,
+                lane,
+                start,
+                wait,
+                bubble,
+                bool(reasons),
+                tuple(reasons),
+                site,
+                members,
+                step,
+            )
+        )
+    return tuple(out)
+
+
+def _issued_between(issued: np.ndarray, lo: float, hi: float) -> bool:
+    k = int(np.searchsorted(issued, lo, side="right"))
+    return k < len(issued) and bool(issued[k] < hi)

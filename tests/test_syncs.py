@@ -1,0 +1,88 @@
+"""Syncs: grouping per user-level operation, kind, call site, avoidability (DESIGN.md §4)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from _kineto import SAMPLES
+
+from analyzer import load
+from analyzer.analysis import Analysis, analyze
+from analyzer.gaps import Cause
+from analyzer.syncs import Reason, SyncKind
+
+
+def analysed(path: Path, rank: int | None = None) -> Analysis:
+    return analyze(load(path), rank)
+
+
+def test_item_in_a_loop_is_one_repeated_scalar_read_per_step_and_the_final_sync_is_not_false() -> None:
+    # GIVEN .item() in train.py(42): train_step every step, then one torch.cuda.synchronize() at the end
+    a = analysed(SAMPLES / "item_in_loop.pt.trace.json.gz")
+    # THEN each .item() (blocking copy + stream sync) is one scalar_read sync at that line, avoidable
+    *items, final = a.syncs
+    assert len(items) == 4 == len(a.steps)
+    assert {(s.kind, s.op, s.api) for s in items} == {(SyncKind.SCALAR_READ, "aten::item", "cudaMemcpyAsync")}
+    assert all(len(s.calls) == 2 for s in items)  # cudaMemcpyAsync + cudaStreamSynchronize grouped
+    assert {str(s.call_site) for s in items} == {"train.py:42 in train_step"}
+    assert all(s.avoidable and s.reasons == (Reason.REPEATED,) for s in items)
+    assert [s.bubble_us for s in items] == pytest.approx([364.0] * 4)
+    # AND the final synchronize is blanket but not a false sync
+    assert final.kind == SyncKind.BLANKET and not final.avoidable and final.reasons == ()
+    assert (a.summary.sync_count, a.summary.avoidable_sync_count) == (5, 4)
+
+
+def test_pageable_copies_are_syncs_even_when_the_stream_was_idle() -> None:
+    a = analysed(SAMPLES / "pageable_copy_loop.pt.trace.json.gz")
+    copies = [s for s in a.syncs if s.kind == SyncKind.PAGEABLE_COPY]
+    assert len(copies) == 4 and copies[0].wait_us < 10 < copies[1].wait_us  # step 1: nothing to wait for
+    assert all(set(s.reasons) == {Reason.PAGEABLE_COPY, Reason.REPEATED} for s in copies)
+    assert {s.op for s in copies} == {"aten::to"}
+
+
+def test_clean_pipeline_has_no_false_sync_and_the_serial_worked_example_has_three() -> None:
+    clean = analysed(SAMPLES / "clean_pipeline.pt.trace.json.gz")
+    assert clean.summary.avoidable_sync_count == 0 and clean.summary.sync_count == 1
+    serial = analysed(SAMPLES / "worked_example_serial.pt.trace.json.gz")
+    assert [(s.kind, set(s.reasons)) for s in serial.syncs] == [
+        (SyncKind.BLANKET, {Reason.BLANKET, Reason.REPEATED})
+    ] * 3
+    # the gaps after them are charged to them: their bubbles add up to the sync-caused idle
+    bubbles = sum(s.bubble_us for s in serial.syncs)
+    assert bubbles == pytest.approx(sum(g.charged_us for g in serial.gaps))
+    assert bubbles == pytest.approx(serial.idle_by_cause[Cause.SYNC]) and bubbles > 4000
+
+
+def test_item_chain_in_the_hta_trace_is_one_scalar_read_and_device_sync_is_blanket(
+    shared_traces: Path,
+) -> None:
+    a = analysed(shared_traces / "hta_a100_item_event_sync.pt.trace.json.gz")
+    kinds = [(s.kind, s.api, s.op) for s in a.syncs]
+    assert kinds == [
+        (SyncKind.SCALAR_READ, "cudaMemcpyAsync", "aten::is_nonzero"),
+        (SyncKind.EVENT, "cudaEventSynchronize", None),
+        (SyncKind.BLANKET, "cudaDeviceSynchronize", None),
+    ]
+    assert len(a.syncs[0].calls) == 2  # the DtoH pageable copy and the stream sync: one operation
+
+
+def test_item_in_the_bert_trace_gets_the_user_call_site(shared_traces: Path) -> None:
+    a = analysed(shared_traces / "tracelens_h100_bert_small_pystack.pt.trace.json.gz")
+    (item,) = a.syncs
+    assert item.kind == SyncKind.SCALAR_READ
+    assert item.call_site is not None
+    # transformers/ and torch/ frames are library code: the innermost user frame is the harness
+    assert (item.call_site.file, item.call_site.line, item.call_site.function) == (
+        "moca/library/model_hub/huggingface/model/adapters/text_base_model.py",
+        28,
+        "run_on_input",
+    )
+
+
+def test_dlrm_syncs_are_reported_per_rank(shared_traces: Path) -> None:
+    a = analysed(shared_traces / "param_dlrm_v100_8rank")
+    assert sorted(a.per_rank) == list(range(8))
+    counts = {r: s.sync_count for r, s in a.per_rank.items()}
+    assert all(isinstance(n, int) and n > 0 for n in counts.values())
+    assert counts[0] == a.summary.sync_count == len(a.syncs)
