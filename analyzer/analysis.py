@@ -13,6 +13,7 @@ import numpy as np
 
 from analyzer import intervals
 from analyzer.critical import CriticalPath, critical_path
+from analyzer.findings import Finding, find_findings
 from analyzer.gaps import MIN_GAP_US, Cause, Gap, find_gaps
 from analyzer.graph import Blocking, Graph, build_graph
 from analyzer.inputs import input_intervals, main_thread
@@ -103,6 +104,7 @@ class Analysis:
     whatif: WhatIfReport | None = None
     pipeline: Pipeline | None = None
     syncs: tuple[Sync, ...] = ()
+    findings: tuple[Finding, ...] = ()
     options: Options = field(default_factory=Options)
     ranks: tuple[int, ...] = ()
     per_rank: dict[int, Summary] = field(default_factory=dict)
@@ -246,7 +248,7 @@ def analyze_model(model: TraceModel, options: Options | None = None) -> Analysis
         est_saving_us=saving,
     )
     pipe = pipeline_model(model, graph, main, [s.host_sync_wait_us for s in steps])
-    return Analysis(
+    result = Analysis(
         model,
         window,
         main,
@@ -264,6 +266,7 @@ def analyze_model(model: TraceModel, options: Options | None = None) -> Analysis
         options=opts,
         notes=notes,
     )
+    return replace(result, findings=find_findings(result))
 
 
 def analyze(traces: TraceSet, rank: int | None = None, options: Options | None = None) -> Analysis:

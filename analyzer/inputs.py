@@ -12,10 +12,12 @@ from analyzer.model import F64, TraceModel
 from analyzer.names import EventKind
 
 #: user annotations whose name says data loading: torch's ``enumerate(DataLoader)#_...DataLoaderIter.__next__``,
-#: and names with the words data / batch / load data / collate / prefetch ("## data ##", "get_batch"), but not
-#: words that merely contain them ("DistributedDataParallel.forward")
+#: ``load_data``, ``get_batch`` / ``next_batch`` / ``wait_for_batch`` / ``copy_batch_to_gpu``, ``collate``,
+#: ``prefetch``, or just ``data`` / ``batch`` / ``input``; not names that merely contain the words
+#: (``DistributedDataParallel.forward``, ``sparse_data_dist``, ``all2all_data``: communication, not input)
 _LOADING = re.compile(
-    r"dataloader|data[\s_-]?load|load[\s_-]?(data|batch)|(?<![a-z])(data|batch)(?![a-z])|collate|prefetch",
+    r"dataloader|data[\s_-]?load|load[\s_-]?(data|batch)|(get|next|fetch|wait[\s_-]?for|copy)[\s_-]?batch"
+    r"|batch[\s_-]?(load|fetch)|collate|prefetch|^\W*(data|batch|input)\W*$",
     re.IGNORECASE,
 )
 

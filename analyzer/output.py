@@ -66,7 +66,19 @@ def to_json(a: Analysis) -> dict[str, Any]:
         "critical_path": _critical(a),
         "gaps": [_gap(a, g, sync_of) for g in a.gaps],
         "syncs": [_sync(a, s) for s in a.syncs],
-        "findings": [],
+        "findings": [
+            {
+                "rule": f.rule,
+                "severity": f.severity.value,
+                "title": f.title,
+                "call_site": _site(f.call_site),
+                "count": f.count,
+                "time_us": f.time_us,
+                "est_saving_us": f.est_saving_us,
+                "advice": f.advice,
+            }
+            for f in a.findings
+        ],
         "steps": [asdict(s) for s in a.steps],
         "whatif": [
             {"scenario": w.scenario.value, "predicted_wall_us": w.predicted_wall_us, "saving_us": w.saving_us}

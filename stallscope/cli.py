@@ -35,6 +35,7 @@ def _configure_analyze(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--no-cache", action="store_true", help="parse the trace even if a cached model exists")
     p.add_argument("-q", "--quiet", action="store_true", help="no summary on stdout, no progress on stderr")
+    p.add_argument("--top", type=int, default=3, metavar="N", help="findings to list (default 3)")
 
 
 def _run_analyze(args: argparse.Namespace) -> int:
@@ -59,7 +60,7 @@ def _run_analyze(args: argparse.Namespace) -> int:
     if args.json:
         _write_json(args.json, to_json(result))
     if not args.quiet and args.json != "-":
-        print(render(result))
+        print(render(result, args.top))
         if args.json:
             print(f"  json      {args.json}")
     sys.stdout.flush()
@@ -78,8 +79,76 @@ def _write_json(target: str, doc: object) -> None:
         raise UsageError(f"--json {target}: cannot write ({exc.strerror or exc})") from None
 
 
+def _configure_check(p: argparse.ArgumentParser) -> None:
+    p.add_argument("trace", help="trace file, folder of rank files, or stallscope bundle")
+    p.add_argument(
+        "--rank", type=int, default=None, help="rank to check in a multi-rank folder (default: lowest)"
+    )
+    p.add_argument(
+        "--max-idle-frac",
+        type=float,
+        metavar="F",
+        help="fail if the device is idle more than F of the window",
+    )
+    p.add_argument(
+        "--max-avoidable-syncs", type=int, metavar="N", help="fail if more than N syncs are avoidable"
+    )
+    p.add_argument(
+        "--max-sync-wait-frac",
+        type=float,
+        metavar="F",
+        help="fail if the host is blocked in syncs more than F of the window",
+    )
+    p.add_argument("--no-cache", action="store_true", help="parse the trace even if a cached model exists")
+
+
+def _run_check(args: argparse.Namespace) -> int:
+    """CI performance gate: exit 1 when a threshold is exceeded, 0 when all hold, 2 on bad input."""
+    from analyzer import cache
+    from analyzer.analysis import analyze
+    from analyzer.loader import load
+
+    limits = (args.max_idle_frac, args.max_avoidable_syncs, args.max_sync_wait_frac)
+    if all(v is None for v in limits):
+        raise UsageError(
+            "check: give at least one of --max-idle-frac, --max-avoidable-syncs, --max-sync-wait-frac"
+        )
+    for name, value in (
+        ("--max-idle-frac", args.max_idle_frac),
+        ("--max-sync-wait-frac", args.max_sync_wait_frac),
+    ):
+        if value is not None and not 0.0 <= value <= 1.0:
+            raise UsageError(f"check: {name} must be a fraction between 0 and 1, not {value}")
+    traces = load(args.trace, use_cache=not args.no_cache)
+    if args.rank is not None and args.rank not in traces.ranks:
+        raise UsageError(f"--rank {args.rank}: {args.trace} has ranks {', '.join(map(str, traces.ranks))}")
+    s = analyze(traces, args.rank).summary
+    cache.wait()
+    wall = s.wall_us or 1.0
+    measured = [
+        ("device idle", s.device_idle_us / wall, args.max_idle_frac, "{:.1%}"),
+        ("avoidable syncs", float(s.avoidable_sync_count or 0), args.max_avoidable_syncs, "{:.0f}"),
+        ("host sync wait", s.host_sync_wait_us / wall, args.max_sync_wait_frac, "{:.1%}"),
+    ]
+    failed = 0
+    for name, value, limit, fmt in measured:
+        if limit is None:
+            continue
+        ok = value <= limit
+        failed += not ok
+        print(f"{'ok  ' if ok else 'FAIL'} {name} {fmt.format(value)} (limit {fmt.format(limit)})")
+    print(f"stallscope check: {'failed' if failed else 'passed'} ({args.trace})")
+    return 1 if failed else 0
+
+
 COMMANDS: tuple[Command, ...] = (
     Command("analyze", "analyse a trace and print the verdict", _configure_analyze, _run_analyze),
+    Command(
+        "check",
+        "fail (exit 1) when a trace exceeds performance limits (for CI)",
+        _configure_check,
+        _run_check,
+    ),
 )
 
 

@@ -22,12 +22,13 @@ _VERDICT = {
 }
 
 
-def render(a: Analysis) -> str:
+def render(a: Analysis, top: int = 3) -> str:
     """Verdict first (bottleneck, utilization, idle by cause, best saving), then the what-if table, the
     pipeline model and the trace facts: about 20 lines for a typical trace."""
     m = a.model
     lines = [f"stallscope: {m.path}"]
     lines.extend(_verdict(a))
+    lines.extend(_findings(a, top))
     lines.extend(_syncs(a))
     lines.extend(_whatif(a))
     if a.pipeline:
@@ -70,6 +71,21 @@ def _verdict(a: Analysis) -> list[str]:
     else:
         out.append("            no realistic saving found from removing avoidable syncs or overlapping input")
     return out
+
+
+def _findings(a: Analysis, top: int) -> list[str]:
+    """The ``top`` findings, most expensive first: what, where, what it costs, what to change."""
+    if not a.findings or top <= 0:
+        return []
+    rows = []
+    for i, f in enumerate(a.findings[:top], 1):
+        label = "  findings" if i == 1 else "          "
+        saving = f", saves ~{ms(f.est_saving_us)}" if f.est_saving_us > 0 else ""
+        rows.append(f"{label}{i:>2}. [{f.severity.value}] {f.title} (costs {ms(f.time_us)}{saving})")
+        rows.append(f"              fix: {f.advice}")
+    if len(a.findings) > top:
+        rows.append(f"              ... {len(a.findings) - top} more (--top N, or --json)")
+    return rows
 
 
 def _syncs(a: Analysis, top: int = 2) -> list[str]:

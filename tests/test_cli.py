@@ -76,15 +76,17 @@ def test_human_summary(capsys: pytest.CaptureFixture[str]) -> None:
     lines = out.splitlines()
     assert lines[1].startswith("  verdict   device-bound: the GPU is the critical resource")
     assert "GPU 0 utilization 89.9%" in lines[1]
-    assert lines[4] == "  syncs     5 blocking, 4 avoidable:"
-    assert lines[5].split()[:5] == ["4", "x", "scalar_read", "at", "train.py:42"]
-    assert lines[6].split()[:3] == ["what-if", "as", "recorded"]
+    assert lines[4].startswith("  findings 1. [high] `.item()` / scalar read syncs the GPU at train.py:42")
+    assert lines[5].startswith("              fix: Keep the value on the device")
+    assert lines[6] == "  syncs     5 blocking, 4 avoidable:"
+    assert lines[7].split()[:5] == ["4", "x", "scalar_read", "at", "train.py:42"]
+    assert lines[8].split()[:3] == ["what-if", "as", "recorded"]
     assert (
         f"  trace     {events:,} events (json.gz, rank 0); 1 host thread, 1 stream; "
         "window 16.02 ms (4 profiled steps)"
     ) in lines
     assert "NVIDIA H100 80GB HBM3: busy 14.41 ms, idle 1.61 ms, utilization 89.9%" in out
-    assert len(lines) <= 23
+    assert len(lines) <= 25
     assert "  steps     name" in out
     assert [line.split()[0] for line in out.splitlines() if "ProfilerStep#" in line] == [
         f"ProfilerStep#{n}" for n in range(1, 5)
