@@ -34,6 +34,7 @@ from analyzer.names import (
     ACTIVITY_KINDS,
     DEVICE_KINDS,
     LAUNCH_FLOW_CATEGORIES,
+    MEMORY_EVENT,
     STEP_PREFIX,
     ApiKind,
     EventKind,
@@ -126,7 +127,7 @@ def _build(doc: Document, path: str, fmt: str, progress: Callable[[str], None]) 
         events=table,
         strings=string_table,
         lanes=lanes,
-        devices=_devices(lanes, doc.device_properties),
+        devices=_devices(lanes, doc.device_properties, acc.memory_peaks),
         steps=_steps(table, lanes, string_table),
         rank=_int_or_none(dist.get("rank")),
         world_size=_int_or_none(dist.get("world_size")),
@@ -191,6 +192,7 @@ class _Accumulator:
         self.skipped: Counter[str] = Counter()
         self.unknown_phases: Counter[str] = Counter()
         self.timed_seen = 0
+        self.memory_peaks: dict[int, tuple[int, int]] = {}  # device -> (reserved, allocated) peaks
         self._kinds: npt.NDArray[np.int8] = np.zeros(0, dtype=np.int8)
 
     def add(self, batch: Batch) -> None:
@@ -237,8 +239,26 @@ class _Accumulator:
                 columns[column] = full
         for name, values in columns.items():
             self.parts.setdefault(name, []).append(values)
+        memory = self.strings.codes.get(MEMORY_EVENT)
+        if memory is not None and instant.any():
+            self._add_memory(list(compress(args, (instant & (columns["name"] == memory)).tolist())))
         linked_kinds = np.isin(kind, [*_LINKED_KINDS, EventKind.RUNTIME, EventKind.DRIVER])
         return bool(np.any(linked_kinds & (columns["correlation"] < 0)))
+
+    def _add_memory(self, args: list[RawArgs]) -> None:
+        """Per-device peaks of the allocator totals that ``[memory]`` instants carry (device memory only)."""
+        if not args:
+            return
+        device, device_type = _ids(_take(args, "device_id")), _ids(_take(args, "device_type"))
+        reserved, allocated = _ids(_take(args, "total_reserved")), _ids(_take(args, "total_allocated"))
+        on_device = (device >= 0) & (device_type != 0)
+        for d in np.unique(device[on_device]).tolist():
+            mine = on_device & (device == d)
+            old = self.memory_peaks.get(d, (-1, -1))
+            self.memory_peaks[d] = (
+                max(old[0], int(reserved[mine].max())),
+                max(old[1], int(allocated[mine].max())),
+            )
 
     def kind_of(self, codes: I64) -> npt.NDArray[np.int8]:
         """EventKind of each category code (the table grows as new strings are interned)."""
@@ -395,10 +415,20 @@ def _thread_names(meta: list[RawEvent]) -> dict[tuple[Any, Any], str]:
     return names
 
 
-def _devices(lanes: tuple[Lane, ...], properties: list[dict[str, Any]]) -> tuple[Device, ...]:
+def _devices(
+    lanes: tuple[Lane, ...], properties: list[dict[str, Any]], memory_peaks: dict[int, tuple[int, int]]
+) -> tuple[Device, ...]:
     by_id = {p.get("id"): p for p in properties if isinstance(p.get("id"), int)}
     ids = sorted({lane.device for lane in lanes if lane.on_device and lane.device >= 0})
-    return tuple(Device(i, str(by_id.get(i, {}).get("name", f"device {i}")), by_id.get(i, {})) for i in ids)
+    return tuple(
+        Device(
+            i,
+            str(by_id.get(i, {}).get("name", f"device {i}")),
+            by_id.get(i, {}),
+            *memory_peaks.get(i, (-1, -1)),
+        )
+        for i in ids
+    )
 
 
 #: user annotations that name an iteration when a trace has no ``ProfilerStep#N`` ("iteration#12",

@@ -232,7 +232,23 @@ RULES: tuple[Callable[[Analysis], list[Finding]], ...] = (
 )
 
 
+def all_rules() -> tuple[Callable[[Analysis], list[Finding]], ...]:
+    """This module's rules, then the stream rules and the device rules (imported here: they build on
+    ``Finding`` and ``severity`` from this module)."""
+    from analyzer import findings_device, findings_streams
+
+    return RULES + findings_streams.RULES + findings_device.RULES
+
+
 def find_findings(a: Analysis) -> tuple[Finding, ...]:
-    """Every rule's findings, most expensive first (by estimated saving, then cost)."""
-    found = [f for rule in RULES for f in rule(a)]
+    """Every rule's findings, one per problem and site, most expensive first (saving, then cost). A decode
+    loop's readback is reported once, as ``autoregressive_readback`` (it says what can and cannot be won),
+    not also as a generic scalar-read false sync at the same site."""
+    found = [f for rule in all_rules() for f in rule(a)]
+    decode_sites = {f.call_site for f in found if f.rule == "autoregressive_readback" and f.call_site}
+    found = [
+        f
+        for f in found
+        if not (f.rule in ("false_sync_scalar_read", "false_sync_to_host") and f.call_site in decode_sites)
+    ]
     return tuple(sorted(found, key=lambda f: (-f.est_saving_us, -f.time_us, f.rule)))

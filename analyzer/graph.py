@@ -9,7 +9,8 @@ waits) and device activities (kernels, copies, memsets). Edges (DESIGN.md §4), 
 - stream order: an activity starts after the previous activity on its stream ended (``queue_gap`` later);
 - event record -> stream wait: an activity starts after the activity its stream waits for ended;
 - device end -> sync return: a blocking call returns ``ret`` after the activities it waits for ended
-  (device/stream/event synchronize, synchronous copies, copies to or from pageable memory).
+  (device/stream/event synchronize, synchronous copies, copies to or from pageable memory, ``cudaFree``
+  and a ``cudaMalloc`` that clearly waited for the device).
 
 Other host API calls are host work inside the gaps. ``check`` verifies that every edge goes forward.
 """
@@ -22,7 +23,7 @@ from enum import IntEnum
 import numpy as np
 import numpy.typing as npt
 
-from analyzer.model import F64, I64, NO_ID, Mask, TraceModel
+from analyzer.model import F64, I64, NO_ID, EventTable, Mask, TraceModel
 from analyzer.names import ACTIVITY_KINDS, ApiKind, EventKind, memcpy_is_async
 
 SYNC_OWN_US = 5.0  # host cost of a blocking call that waited: not observable, assumed small
@@ -37,7 +38,13 @@ _SCHEDULING = (
     ApiKind.SYNC_EVENT,
     ApiKind.EVENT_RECORD,
     ApiKind.STREAM_WAIT,
+    ApiKind.MALLOC,  # allocator calls: cudaFree synchronises the device, cudaMalloc may (see _blocking)
+    ApiKind.FREE,
 )
+#: allocator calls that synchronise the whole device (cudaFree: "implicitly synchronizes the device";
+#: cudaFreeAsync / cudaFreeHost / cudaMallocAsync do not count)
+_DEVICE_FREES = frozenset({"cudaFree", "cuMemFree", "cuMemFree_v2", "hipFree"})
+_MALLOC_WAIT_MIN_US = 20.0  # a cudaMalloc shorter than this is not taken to have waited
 
 
 class Blocking(IntEnum):
@@ -46,6 +53,7 @@ class Blocking(IntEnum):
     STREAM = 2
     EVENT = 3
     COPY = 4  # synchronous copy, or an async copy made synchronous by pageable memory
+    ALLOCATOR = 5  # cudaFree (device-wide, as CUDA documents), or a cudaMalloc that clearly waited
 
 
 @dataclass(frozen=True)
@@ -376,9 +384,12 @@ def _blocking(
     touches_pageable[act_call[pageable & (act_call >= 0)]] = True
     sync_name = ~np.array([memcpy_is_async(name) for name in model.strings], dtype=np.bool_)[ev.name[calls]]
     api = ev.api[calls]
+    device_free = np.array([name in _DEVICE_FREES for name in model.strings], dtype=np.bool_)[ev.name[calls]]
     candidates = np.flatnonzero(
         np.isin(api, [ApiKind.SYNC_DEVICE, ApiKind.SYNC_STREAM, ApiKind.SYNC_EVENT])
         | ((api == ApiKind.MEMCPY) & (touches_pageable | sync_name))
+        | ((api == ApiKind.FREE) & device_free)
+        | (api == ApiKind.MALLOC)
     )
     for c in candidates.tolist():
         e = int(calls[c])
@@ -408,6 +419,11 @@ def _blocking(
         if call_api == ApiKind.SYNC_DEVICE or (call_api == ApiKind.SYNC_EVENT and record is None):
             kind = Blocking.DEVICE
             on = tuple(issue.last_before(lane, start) for lane in issue.device_lanes.get(device, []))
+        elif call_api in (ApiKind.FREE, ApiKind.MALLOC):
+            kind = Blocking.ALLOCATOR
+            on = tuple(issue.last_before(lane, start) for lane in issue.device_lanes.get(device, []))
+            if call_api == ApiKind.MALLOC and not _malloc_waited(ev, e, [int(acts[a]) for a in on if a >= 0]):
+                on = ()
         on = tuple(a for a in on if a >= 0)
         if on:
             kinds[c], waits[c] = kind, on
@@ -415,6 +431,23 @@ def _blocking(
 
 
 _COPY_SKEW_US = 5.0  # a copy call that returned more than this before its awaited work ended did not wait
+
+
+def _malloc_waited(ev: EventTable, call: int, awaited: list[int]) -> bool:
+    """A cudaMalloc does not synchronise by itself, but one that follows a cache flush (the caching
+    allocator freeing its blocks when memory runs out) waits with its cudaFree calls. Taken to have waited
+    only when it is clearly so: it ran long, the device was busy when it started, and it returned right
+    after the device work issued before it ended."""
+    if not awaited:
+        return False
+    start, end = float(ev.ts[call]), float(ev.end[call])
+    done = max(float(ev.end[a]) for a in awaited)
+    dur = end - start
+    return (
+        dur >= _MALLOC_WAIT_MIN_US
+        and done > start + 0.5 * dur
+        and -_COPY_SKEW_US <= end - done <= max(_COPY_SKEW_US, 0.05 * dur)
+    )
 
 
 def _issued_at_return(model: TraceModel, acts: I64, act_call: I64, calls: I64) -> npt.NDArray[np.bool_]:

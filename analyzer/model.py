@@ -62,6 +62,9 @@ class Device:
     id: int
     name: str
     properties: dict[str, Any] = field(default_factory=dict, compare=False)
+    # peaks of the caching allocator's totals from ``[memory]`` instants (-1: the trace has none)
+    peak_reserved_bytes: int = -1
+    peak_allocated_bytes: int = -1
 
 
 @dataclass(frozen=True)

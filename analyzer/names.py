@@ -139,3 +139,5 @@ def memcpy_is_async(name: str) -> bool:
 SYNC_RECORD_KINDS = ("Stream Sync", "Event Sync", "Context Sync", "Stream Wait Event")
 
 STEP_PREFIX = "ProfilerStep#"
+#: the instant event torch.profiler(profile_memory=True) writes for each allocation and free
+MEMORY_EVENT = "[memory]"

@@ -38,6 +38,11 @@ class RawArgs(msgspec.Struct, gc=False):
     wait_on_event_corr: IdValue = msgspec.field(default=-1, name="wait_on_cuda_event_record_corr_id")
     name: str | int | float | None = None  # metadata events: thread_name / process_name
     labels: str | None = None  # metadata events: process_labels ("CPU", "GPU 0")
+    # ``[memory]`` instants (profile_memory=True): the caching allocator's totals after each event
+    total_reserved: IdValue = msgspec.field(default=-1, name="Total Reserved")
+    total_allocated: IdValue = msgspec.field(default=-1, name="Total Allocated")
+    device_id: IdValue = msgspec.field(default=-1, name="Device Id")
+    device_type: IdValue = msgspec.field(default=-1, name="Device Type")  # 0 CPU, 1 CUDA
 
 
 EMPTY_ARGS = RawArgs()

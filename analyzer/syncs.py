@@ -155,17 +155,21 @@ def _kind(
     model: TraceModel, g: Graph, members: list[int], top: int, acts_by_call: dict[int, list[int]]
 ) -> SyncKind:
     ev = model.events
+    blocking = {Blocking(int(g.call_blocking[c])) for c in members}
+    if blocking == {Blocking.ALLOCATOR}:  # only allocator calls blocked, whatever op allocated (aten::to...)
+        return SyncKind.ALLOCATOR
     ops = [n for c in members for n in _ops_under(model, top, int(g.call_event[c]))]
     if any(_SCALAR.match(n) for n in ops):
         return SyncKind.SCALAR_READ
     if any(_DATA_DEPENDENT.match(n) for n in ops):
         return SyncKind.DATA_DEPENDENT
-    blocking = {Blocking(int(g.call_blocking[c])) for c in members}
     copy_names = [model.name_of(int(g.act_event[a])) for c in members for a in acts_by_call.get(c, ())]
     if any("Pageable" in n and "HtoD" in n for n in copy_names) and not any("DtoH" in n for n in copy_names):
         return SyncKind.PAGEABLE_COPY
     if any("DtoH" in n for n in copy_names) or any(_TO_HOST.match(n) for n in ops):
         return SyncKind.TO_HOST if ops else SyncKind.OTHER
+    if Blocking.ALLOCATOR in blocking:
+        return SyncKind.ALLOCATOR
     if Blocking.DEVICE in blocking:
         return SyncKind.BLANKET
     if Blocking.STREAM in blocking:

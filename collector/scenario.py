@@ -96,8 +96,10 @@ class Scenario:
         first_step: int = 1,
         costs: Costs | None = None,
         whatif: WhatIf | None = None,
+        device_properties: JsonDict | None = None,
     ) -> None:
         self.name = name
+        self.device_properties = device_properties or {}  # overrides of the H100 deviceProperties
         self.rank = rank
         self.world_size = world_size
         self.device_name = device_name
@@ -397,6 +399,42 @@ class Scenario:
         with group, self.op("aten::to"), self.op("aten::_to_copy"), self.op("aten::copy_"):
             self.memcpy("HtoD", nbytes, dur_us, pinned=pinned, non_blocking=non_blocking, stream=stream)
 
+    def cuda_free(
+        self, own_us: float = 20.0, *, avoidable: bool = False, reasons: tuple[str, ...] = ()
+    ) -> None:
+        """``cudaFree`` (the caching allocator releasing a block, e.g. in ``torch.cuda.empty_cache()``): CUDA
+        synchronises the whole device first. One ``allocator`` sync."""
+        m = self._m
+        with m.sync_group(SyncKind.ALLOCATOR, m.enclosing_op(), avoidable, reasons):
+            corr = m.next_corr()
+            t0, t1 = m.block("cudaFree", corr, own_us, m.last_on(sorted(m.streams)))
+            m.runtime("cudaFree", t0, t1, corr, None)
+
+    def cuda_malloc(self, own_us: float = 10.0) -> None:
+        """``cudaMalloc`` (the caching allocator growing its pool): host time only, no sync."""
+        m = self._m
+        corr = m.next_corr()
+        t0 = m.current.clock
+        m.advance(m.host_cost(own_us))
+        m.runtime("cudaMalloc", t0, m.current.clock, corr, None)
+
+    def memory(self, reserved: int, allocated: int, nbytes: int) -> None:
+        """A ``[memory]`` instant (``profile_memory=True``): an allocation of ``nbytes`` (negative: a free)
+        and the caching allocator's totals after it."""
+        m = self._m
+        args = {
+            "Total Reserved": reserved,
+            "Total Allocated": allocated,
+            "Bytes": nbytes,
+            "Addr": 139_900_000_000_000 + len(m.instant_events) * 4096,
+            "Device Id": m.device,
+            "Device Type": 1,
+            "Ev Idx": m.next_ev_idx(),
+        }
+        ev: JsonDict = {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]"}
+        ev.update(pid=m.pid, tid=m.current.tid, ts=m.current.clock, args=args)
+        m.instant_events.append(ev)
+
     # ----- ground truth ----------------------------------------------------------------------------------
 
     @property
@@ -518,7 +556,7 @@ def _kineto_document(sc: Scenario, m: ScenarioModel) -> JsonDict:
     py = sorted(
         (e for e in m.host_events if e["cat"] == "python_function"), key=lambda e: (e["ts"], -e["dur"])
     )
-    events = [_shift(e, base) for e in host + py]
+    events = [_shift(e, base) for e in host + py + m.instant_events]
     by_corr: dict[int, list[JsonDict]] = {}
     for d in m.device_events:
         by_corr.setdefault(int(d["args"]["correlation"]), []).append(d)
@@ -554,7 +592,7 @@ def _kineto_document(sc: Scenario, m: ScenarioModel) -> JsonDict:
     )
     return {
         "schemaVersion": 1,
-        "deviceProperties": [_device_properties(m.device, sc.device_name)],
+        "deviceProperties": [_device_properties(m.device, sc.device_name) | sc.device_properties],
         "distributedInfo": {"backend": "nccl", "rank": sc.rank, "world_size": sc.world_size},
         "cupti_version": 22,
         "cuda_runtime_version": 12040,

@@ -32,6 +32,8 @@ CBID = {
     "cudaEventRecord": 135,
     "cudaEventSynchronize": 137,
     "cudaStreamWaitEvent": 147,
+    "cudaMalloc": 20,
+    "cudaFree": 22,
 }
 
 
@@ -45,6 +47,7 @@ class SyncKind(str, enum.Enum):
     STREAM = "stream"
     EVENT = "event"
     PAGEABLE_COPY = "pageable_copy"
+    ALLOCATOR = "allocator"
     OTHER = "other"
 
 
@@ -261,6 +264,7 @@ class ScenarioModel:
         self.threads: dict[int, _Thread] = {tid: _Thread(tid)}
         self.current = self.threads[tid]
         self.host_events: list[JsonDict] = []  # cpu_op, user_annotation, python_function (relative times)
+        self.instant_events: list[JsonDict] = []  # [memory] instants (relative times)
         self.runtime_events: list[JsonDict] = []  # cuda_runtime with their flow tag
         self.device_events: list[JsonDict] = []  # kernel, gpu_memcpy, gpu_memset, cuda_sync
         self.activities: list[Activity] = []

@@ -26,12 +26,17 @@ __all__ = [
     "Scenario",
     "WhatIf",
     "clean_pipeline",
+    "copy_on_compute_stream",
     "ground_truth",
     "input_bound",
     "item_in_loop",
     "launch_bound_loop",
     "multistream_overlap",
     "pageable_copy_loop",
+    "pinned_readback_with_event_sync",
+    "pinned_readback_without_sync",
+    "serialized_streams",
+    "side_stream_copies",
     "whatif_table",
     "worked_example",
 ]
@@ -364,4 +369,289 @@ def clean_pipeline(
                         sc.launch(GEMM, kernel_us)
                 if i == steps - 1:
                     sc.synchronize()
+    return sc
+
+
+def copy_on_compute_stream(
+    steps: int = 4,
+    copy_us: float = 300.0,
+    kernel_us: float = 400.0,
+    kernels: int = 3,
+    *,
+    whatif: WhatIf | None = None,
+) -> Scenario:
+    """``x.to("cuda", non_blocking=True)`` from pinned memory on the compute stream (7) at the top of
+    every step, then ``kernels`` kernels on 7: the copy of batch i+1 queues behind batch i's kernels, so
+    copies and compute never overlap (``copy_compute_serialized``). The host runs ahead (no sync in the
+    loop, one final synchronize): device-bound, with the copies on the critical path. Call site
+    train.py:30 train_step."""
+    sc = Scenario("copy_on_compute_stream", whatif=whatif)
+    with sc.py_frame("train.py", 10, "main"):
+        for i in range(steps):
+            with sc.step(), sc.py_frame("train.py", 30, "train_step"):
+                sc.to_device(8 << 20, copy_us, pinned=True, non_blocking=True, stream=7)
+                for _ in range(kernels):
+                    with sc.op("aten::linear", self_us=10):
+                        sc.launch(GEMM, kernel_us, stream=7)
+                if i == steps - 1:
+                    sc.synchronize()
+    return sc
+
+
+def side_stream_copies(
+    steps: int = 4,
+    copy_us: float = 300.0,
+    kernel_us: float = 400.0,
+    kernels: int = 3,
+    *,
+    whatif: WhatIf | None = None,
+) -> Scenario:
+    """The clean twin of ``copy_on_compute_stream``: the same pinned copies on a side stream (20), batch
+    i+1 prefetched while batch i computes on 7. Each step's compute waits on the event recorded after its
+    copy (cudaStreamWaitEvent); one final synchronize."""
+    sc = Scenario("side_stream_copies", whatif=whatif)
+    copy_stream, compute = 20, 7
+    with sc.py_frame("train.py", 10, "main"):
+        ready = None
+        for i in range(steps):
+            with sc.step(), sc.py_frame("train.py", 30, "train_step"):
+                if ready is None:
+                    sc.to_device(8 << 20, copy_us, pinned=True, non_blocking=True, stream=copy_stream)
+                    ready = sc.event_record(copy_stream)
+                sc.stream_wait_event(compute, ready)
+                for _ in range(kernels):
+                    with sc.op("aten::linear", self_us=10):
+                        sc.launch(GEMM, kernel_us, stream=compute)
+                if i + 1 < steps:  # prefetch the next batch on the side stream
+                    sc.to_device(8 << 20, copy_us, pinned=True, non_blocking=True, stream=copy_stream)
+                    ready = sc.event_record(copy_stream)
+                else:
+                    sc.synchronize()
+    return sc
+
+
+def serialized_streams(
+    steps: int = 4,
+    main_us: float = 400.0,
+    side_us: float = 300.0,
+    *,
+    serialized: bool = True,
+    whatif: WhatIf | None = None,
+) -> Scenario:
+    """Compute on stream 7 (3 kernels of ``main_us``) and independent side work on stream 20 (2 kernels of
+    ``side_us``) every step. Serialized: stream 20 waits on an event recorded after the compute, and the
+    next step's compute waits on an event recorded after the side work, so the two streams never run at
+    the same time (``streams_never_overlapped``). Not serialized (the clean twin): no waits, the side work
+    overlaps the compute. One final synchronize."""
+    sc = Scenario("serialized_streams" if serialized else "overlapped_streams", whatif=whatif)
+    main, side = 7, 20
+    with sc.py_frame("train.py", 10, "main"):
+        side_done = None
+        for i in range(steps):
+            with sc.step(), sc.py_frame("train.py", 30, "train_step"):
+                if side_done is not None:
+                    sc.stream_wait_event(main, side_done)
+                for _ in range(3):
+                    with sc.op("aten::linear", self_us=10):
+                        sc.launch(GEMM, main_us, stream=main)
+                if serialized:
+                    sc.stream_wait_event(side, sc.event_record(main))
+                for _ in range(2):
+                    with sc.op("aten::add", self_us=10):
+                        sc.launch(ADD, side_us, stream=side)
+                if serialized:
+                    side_done = sc.event_record(side)
+                if i == steps - 1:
+                    sc.synchronize()
+    return sc
+
+
+def _pinned_readback(name: str, steps: int, kernel_us: float, copy_us: float, *, synced: bool) -> Scenario:
+    sc = Scenario(name)
+    with sc.py_frame("infer.py", 10, "main"):
+        for i in range(steps):
+            with sc.step(), sc.py_frame("infer.py", 25, "predict"):
+                for _ in range(3):
+                    with sc.op("aten::linear", self_us=10):
+                        sc.launch(GEMM, kernel_us)
+                # out = logits.to("cpu", non_blocking=True): a pinned output, the call returns at once
+                with sc.op("aten::to"), sc.op("aten::_to_copy"), sc.op("aten::copy_"):
+                    sc.memcpy("DtoH", 1 << 20, copy_us, pinned=True, non_blocking=True)
+                if synced:
+                    sc.event_synchronize(sc.event_record())
+                sc.host("postprocess", 50, cat="user_annotation")
+                if i == steps - 1:
+                    sc.synchronize()
+    return sc
+
+
+def pinned_readback_without_sync(steps: int = 4, kernel_us: float = 300.0, copy_us: float = 20.0) -> Scenario:
+    """``out = logits.to("cpu", non_blocking=True)`` into pinned memory, then host post-processing, every
+    step, with nothing waiting for the copy: the host may read the buffer before the data lands
+    (``unsynchronized_pinned_readback``; the last step's final synchronize does wait for it). Call site
+    infer.py:25 predict."""
+    return _pinned_readback("pinned_readback_without_sync", steps, kernel_us, copy_us, synced=False)
+
+
+def pinned_readback_with_event_sync(
+    steps: int = 4, kernel_us: float = 300.0, copy_us: float = 20.0
+) -> Scenario:
+    """The clean twin of ``pinned_readback_without_sync``: an event recorded after the copy and
+    ``event.synchronize()`` before the host reads the buffer."""
+    return _pinned_readback("pinned_readback_with_event_sync", steps, kernel_us, copy_us, synced=True)
+
+
+# ----- device findings (analyzer.findings_device): planted cases and their clean twins ------------------
+
+SGEMM = "ampere_sgemm_128x64_tn"
+SCONV = "void cudnn::detail::implicit_convolve_sgemm<float, float, 1024, 5, 5, 3, 3, 3, 1, true, false, true>"
+ARGMAX = (
+    "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<c10::BFloat16, "
+    "at::native::ArgMaxOps<c10::BFloat16>, unsigned int, long, 4> >"
+)
+EMPTY_CACHE_FRAME = "torch/cuda/memory.py(170): empty_cache"
+
+
+def allocator_free_in_loop(
+    steps: int = 5,
+    kernels: int = 4,
+    kernel_us: float = 300.0,
+    every: int = 1,
+    *,
+    whatif: WhatIf | None = None,
+) -> Scenario:
+    """``torch.cuda.empty_cache()`` at ``train.py(30): train_step`` in every ``every``-th step after the
+    first: its cudaFree waits for the whole device (an ``allocator`` sync), then the next step's kernels.
+    With ``every=1`` the site syncs in most steps (avoidable: repeated, reported as
+    ``false_sync_allocator``); with ``every=2`` of 6 steps only now and then (``allocator_sync``)."""
+    sc = Scenario(f"allocator_free_in_loop_every{every}", whatif=whatif)
+    with sc.py_frame("train.py", 10, "main"):
+        for i in range(steps):
+            with sc.step(), sc.py_frame("train.py", 30, "train_step"):
+                for _ in range(kernels):
+                    with sc.op("aten::linear", self_us=40):
+                        sc.launch(GEMM, kernel_us)
+                if i >= 1 and i % every == 0:
+                    repeated = every == 1 and steps >= 3
+                    with sc.py_call(EMPTY_CACHE_FRAME):
+                        sc.cuda_free(avoidable=repeated, reasons=("repeated",) if repeated else ())
+                if i == steps - 1:
+                    sc.synchronize()
+    return sc
+
+
+def allocator_warmup(
+    steps: int = 5, kernels: int = 4, kernel_us: float = 300.0, *, whatif: WhatIf | None = None
+) -> Scenario:
+    """Clean twin of ``allocator_free_in_loop``: the caching allocator grows its pool in the first step
+    (cudaMalloc, and one cudaFree that waits), then reuses its blocks: no allocator sync in the steady
+    state."""
+    sc = Scenario("allocator_warmup", whatif=whatif)
+    with sc.py_frame("train.py", 10, "main"):
+        for i in range(steps):
+            with sc.step(), sc.py_frame("train.py", 30, "train_step"):
+                for _ in range(kernels):
+                    if i == 0:
+                        with sc.op("aten::empty"):
+                            sc.cuda_malloc()
+                    with sc.op("aten::linear", self_us=40):
+                        sc.launch(GEMM, kernel_us)
+                if i == 0:
+                    sc.cuda_free()
+                if i == steps - 1:
+                    sc.synchronize()
+    return sc
+
+
+def gemm_loop(
+    steps: int = 4,
+    kernels: int = 4,
+    kernel_us: float = 400.0,
+    *,
+    precision: str = "fp32",
+    compute_major: int = 9,
+    whatif: WhatIf | None = None,
+) -> Scenario:
+    """A device-bound loop of matmuls and a convolution on an H100 (``compute_major`` overrides its
+    deviceProperties). ``precision="fp32"``: cuBLAS ``sgemm`` and cuDNN ``implicit_convolve_sgemm`` kernels
+    (CUDA cores); ``"bf16"``: the sm90 tensor-core kernels."""
+    fp32 = precision == "fp32"
+    props = {} if compute_major == 9 else {"computeMajor": compute_major, "computeMinor": 0}
+    sc = Scenario(f"{precision}_gemm_loop", device_properties=props, whatif=whatif)
+    with sc.py_frame("train.py", 10, "main"):
+        for i in range(steps):
+            with sc.step(), sc.py_frame("train.py", 30, "train_step"):
+                with sc.op("aten::conv2d", self_us=20):
+                    sc.launch(SCONV if fp32 else GEMM, kernel_us)
+                for _ in range(kernels):
+                    with sc.op("aten::mm", self_us=20):
+                        sc.launch(SGEMM if fp32 else GEMM, kernel_us)
+                    with sc.op("aten::add", self_us=10):
+                        sc.launch(ADD, kernel_us / 10)
+                if i == steps - 1:
+                    sc.synchronize()
+    return sc
+
+
+def memory_pressure(
+    steps: int = 4,
+    reserved_share: float = 0.95,
+    kernel_us: float = 300.0,
+    *,
+    whatif: WhatIf | None = None,
+) -> Scenario:
+    """A loop recorded with ``profile_memory=True``: each step allocates activations until the caching
+    allocator holds ``reserved_share`` of the H100's 80 GB, then frees them. ``[memory]`` instants carry the
+    allocator's totals."""
+    total = 85018279936
+    sc = Scenario(f"memory_pressure_{round(reserved_share * 100)}", whatif=whatif)
+    reserved = int(total * reserved_share) // (2 << 20) * (2 << 20)
+    block = reserved // 8
+    with sc.py_frame("train.py", 10, "main"):
+        for i in range(steps):
+            with sc.step(), sc.py_frame("train.py", 30, "train_step"):
+                for k in range(4):
+                    with sc.op("aten::empty"):
+                        sc.memory(reserved, block * (k + 5), block)
+                    with sc.op("aten::linear", self_us=20):
+                        sc.launch(GEMM, kernel_us)
+                for k in range(4):
+                    sc.memory(reserved, block * (7 - k), -block)
+                if i == steps - 1:
+                    sc.synchronize()
+    return sc
+
+
+def decode_loop(
+    tokens: int = 8,
+    layers: int = 6,
+    kernel_us: float = 40.0,
+    post_us: float = 150.0,
+    *,
+    readback: bool = True,
+    whatif: WhatIf | None = None,
+) -> Scenario:
+    """Autoregressive decoding, one ProfilerStep per token at ``generate.py(30): decode_step``: ``layers``
+    kernels and an argmax, then (``readback``) ``next_token.item()`` and ``post_us`` of host
+    post-processing (detokenize, stop check) while the device idles; the next step launches only after
+    that. Without ``readback`` (the clean twin) tokens stay on the device and are read once at the end."""
+    sc = Scenario(f"decode_loop_{'readback' if readback else 'on_device'}", whatif=whatif)
+    with sc.py_frame("generate.py", 10, "generate"):
+        for i in range(tokens):
+            with sc.step(), sc.py_frame("generate.py", 30, "decode_step"):
+                for _ in range(layers):
+                    with sc.op("aten::linear", self_us=5):
+                        sc.launch(GEMM, kernel_us)
+                with sc.op("aten::argmax", self_us=5):
+                    sc.launch(ARGMAX, 5.0)
+                if readback:
+                    with sc.py_call(ITEM_FRAME):
+                        sc.item(avoidable=True, reasons=("repeated",))
+                    sc.host("detokenize", post_us, cat="user_annotation")
+                else:
+                    with sc.op("aten::copy_", self_us=5):
+                        sc.launch(ADD, 2.0)
+                    if i == tokens - 1:
+                        with sc.py_call(ITEM_FRAME):
+                            sc.item()
     return sc
