@@ -21,6 +21,7 @@ from analyzer.model import F64, LoadReport, TraceModel, TraceSet
 from analyzer.names import EventKind
 from analyzer.pipeline import Pipeline, pipeline_model
 from analyzer.replay import Scenario, make_frame
+from analyzer.sidecar import Sidecar
 from analyzer.syncs import Sync, find_syncs
 from analyzer.whatif import AvoidablePolicy, WhatIfReport, what_if
 
@@ -197,7 +198,9 @@ def summarize(
     return (main.id if main else None), summary
 
 
-def analyze_model(model: TraceModel, options: Options | None = None) -> Analysis:
+def analyze_model(
+    model: TraceModel, options: Options | None = None, sidecar: Sidecar | None = None
+) -> Analysis:
     """Run every pass on one rank's model: window, device usage, steps, the dependency graph, the critical
     path, gaps and their causes, what-if replays and the pipeline model."""
     opts = options or Options()
@@ -229,7 +232,7 @@ def analyze_model(model: TraceModel, options: Options | None = None) -> Analysis
         if d.id == main:
             idle = report.idle_by_cause
             bubbles = report.bubble_us
-    syncs = find_syncs(model, graph, bubbles, window.start_us, window.end_us)
+    syncs = find_syncs(model, graph, bubbles, window.start_us, window.end_us, sidecar)
     avoidable_calls = frozenset(c for s in syncs if s.avoidable for c in s.calls)
     policy = opts.avoidable or (lambda _m, _g, _s, _e: avoidable_calls)
     whatif = what_if(model, graph, frame, policy)
@@ -272,7 +275,7 @@ def analyze_model(model: TraceModel, options: Options | None = None) -> Analysis
 def analyze(traces: TraceSet, rank: int | None = None, options: Options | None = None) -> Analysis:
     """Analyse the chosen rank (default: the lowest) and summarise every rank of the set."""
     model = traces.for_rank(rank)
-    result = analyze_model(model, options)
+    result = analyze_model(model, options, traces.sidecar)
     per_rank = {
         r: (result.summary if m is model else analyze_model(m, options).summary)
         for r, m in zip(traces.ranks, traces.models, strict=True)

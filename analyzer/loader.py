@@ -15,6 +15,7 @@ from analyzer.build import build_model
 from analyzer.errors import TraceError
 from analyzer.model import TraceModel, TraceSet
 from analyzer.raw import decode
+from analyzer.sidecar import read_sidecar
 from analyzer.stream import NotStreamable, blocks, stream_document
 
 Progress = Callable[[str], None]
@@ -61,7 +62,10 @@ def _load_folder(folder: Path, use_cache: bool, progress: Progress | None) -> Tr
             if len(errors) == 1
             else TraceError(str(folder), f"none of {len(files)} trace files loads ({errors[0]})")
         )
-    return TraceSet(str(folder), _one_per_rank(models, notes), tuple(notes))
+    sidecar, problem = read_sidecar(folder)
+    if problem:
+        notes.append(problem)
+    return TraceSet(str(folder), _one_per_rank(models, notes), tuple(notes), sidecar)
 
 
 def _one_per_rank(models: list[TraceModel], notes: list[str]) -> tuple[TraceModel, ...]:

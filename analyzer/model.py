@@ -186,6 +186,7 @@ class TraceSet:
     path: str
     models: tuple[TraceModel, ...]
     notes: tuple[str, ...] = ()
+    sidecar: Any = None  # analyzer.sidecar.Sidecar of a stallscope bundle (exact sync call sites), or None
 
     @property
     def ranks(self) -> list[int]:

@@ -17,6 +17,7 @@ import numpy as np
 from analyzer.graph import Blocking, Graph
 from analyzer.model import NO_ID, Step, TraceModel
 from analyzer.names import ApiKind, EventKind
+from analyzer.sidecar import Sidecar
 from analyzer.sites import CallSite, call_site
 
 
@@ -68,9 +69,15 @@ _LOGGING = re.compile(r"log|print|metric|wandb|tensorboard|summary_writer|tqdm|r
 
 
 def find_syncs(
-    model: TraceModel, g: Graph, bubble_us: dict[int, float], start_us: float, end_us: float
+    model: TraceModel,
+    g: Graph,
+    bubble_us: dict[int, float],
+    start_us: float,
+    end_us: float,
+    sidecar: Sidecar | None = None,
 ) -> tuple[Sync, ...]:
-    """Every blocking call inside the window, grouped per user-level operation, classified."""
+    """Every blocking call inside the window, grouped per user-level operation, classified. The call site
+    is the collector's exact line when a sidecar recorded the call, else the innermost user frame."""
     waited = g.waited()
     acts_by_call: dict[int, list[int]] = {}
     for a, c in enumerate(g.act_call.tolist()):
@@ -110,13 +117,25 @@ def find_syncs(
                 float(g.call_start[members[0]]),
                 float(duration.sum()),
                 sum(bubble_us.get(c, 0.0) for c in members),
-                call_site(model, top if top >= 0 else e),
+                _site(model, g, sidecar, lane, members, top if top >= 0 else e),
                 tuple(members),
                 _step_of(model.steps, float(g.call_start[members[0]])),
                 _logging(model, top if top >= 0 else e),
             )
         )
     return _classify(model, g, raw, end_us)
+
+
+def _site(
+    model: TraceModel, g: Graph, sidecar: Sidecar | None, lane: int, members: list[int], event: int
+) -> CallSite | None:
+    if sidecar is not None:
+        begin = float(model.events.ts[event])
+        end = float(g.call_end[members].max())
+        exact = sidecar.exact_site(model.lanes[lane].tid, begin, end)
+        if exact is not None:
+            return exact
+    return call_site(model, event)
 
 
 def _named_sync(model: TraceModel, g: Graph, c: int) -> bool:

@@ -86,3 +86,47 @@ def test_dlrm_syncs_are_reported_per_rank(shared_traces: Path) -> None:
     counts = {r: s.sync_count for r, s in a.per_rank.items()}
     assert all(isinstance(n, int) and n > 0 for n in counts.values())
     assert counts[0] == a.summary.sync_count == len(a.syncs)
+
+
+def _bundle_with_sidecar(tmp_path: Path, sidecar: object) -> Path:
+    import json
+    import shutil
+
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    shutil.copy(SAMPLES / "item_in_loop.pt.trace.json.gz", bundle / "trace.pt.trace.json.gz")
+    (bundle / "sidecar.json").write_text(json.dumps(sidecar))
+    return bundle
+
+
+def test_the_collectors_exact_line_wins_over_the_python_frame(tmp_path: Path) -> None:
+    # GIVEN a bundle whose sidecar recorded `loss.item()` at train.py:47 (inside train_step, defined at
+    # line 42) on the trace's thread, a few µs before each aten::item
+    model = load(SAMPLES / "item_in_loop.pt.trace.json.gz").models[0]
+    items = [i for i in range(model.event_count) if model.name_of(i) == "aten::item"]
+    thread = model.lanes[int(model.events.lane[items[0]])].tid
+    times = [float(model.events.ts[i]) - 3.0 for i in items]
+    sidecar = {
+        "schema": "stallscope.sidecar/1",
+        "run": {"torch": "2.13.0"},
+        "sync_sites": [
+            {"file": "train.py", "line": 47, "function": "train_step", "op": "Tensor.item", "thread": thread,
+             "count": len(times), "first_us": times[0], "times_us": times},
+        ],
+    }  # fmt: skip
+    # WHEN the bundle is analysed
+    a = analysed(_bundle_with_sidecar(tmp_path, sidecar))
+    # THEN the .item() syncs (and their finding) carry the exact line; the final synchronize, which the
+    # sidecar did not record, keeps its frame's line
+    *item_syncs, final = a.syncs
+    assert {str(s.call_site) for s in item_syncs} == {"train.py:47 in train_step"}
+    assert str(final.call_site) == "train.py:42 in train_step"
+    assert str(a.findings[0].call_site) == "train.py:47 in train_step"
+
+
+@pytest.mark.parametrize("sidecar", [{"schema": "something/9"}, "not an object", {"schema": "stallscope.sidecar/1",
+                                     "sync_sites": [{"file": "x.py"}]}])  # fmt: skip
+def test_an_unusable_sidecar_is_ignored_with_a_note(tmp_path: Path, sidecar: object) -> None:
+    a = analysed(_bundle_with_sidecar(tmp_path, sidecar))
+    assert any("sidecar.json: ignored" in n for n in a.notes)
+    assert {str(s.call_site) for s in a.syncs} == {"train.py:42 in train_step"}  # frames still work

@@ -1,0 +1,86 @@
+"""The collector's sidecar (``sidecar.json`` in a stallscope bundle): exact call sites of sync-prone calls.
+
+Schema ``stallscope.sidecar/1`` (written by ``stallscope profile``; documented in ``docs/sidecar.md``)::
+
+    {"schema": "stallscope.sidecar/1",
+     "run": {...},                                    # torch / CUDA versions, device, command line, git
+     "sync_sites": [{"file", "line", "function", "op", "thread", "count", "first_us", "times_us": [...]}],
+     "step_timing": {...}}
+
+``thread`` is the OS thread id as the trace's ``tid`` writes it; ``times_us`` are call starts on the trace
+clock. A sync of the analysis takes the exact line of the record on its thread whose time falls in (or
+just before) the sync's user-level operation. A sidecar that cannot be read is ignored with a note.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from analyzer.model import F64
+from analyzer.sites import CallSite
+
+SCHEMA = "stallscope.sidecar/1"
+SIDECAR_NAME = "sidecar.json"
+LEAD_US = 200.0  # how long before the aten op the Python call may have started (argument handling)
+
+
+@dataclass(frozen=True)
+class Sidecar:
+    path: str
+    run: dict[str, Any]
+    step_timing: dict[str, Any]
+    sites: tuple[CallSite, ...]
+    ops: tuple[str, ...]
+    by_thread: dict[str, tuple[F64, np.ndarray]]  # tid -> (sorted call times, site index per time)
+
+    def exact_site(self, thread: str, start_us: float, end_us: float) -> CallSite | None:
+        """The recorded call on ``thread`` that started latest at or before ``end_us`` and no earlier than
+        ``LEAD_US`` before ``start_us`` (the sync belongs to that call)."""
+        times, index = self.by_thread.get(thread, (np.zeros(0), np.zeros(0, np.int64)))
+        k = int(np.searchsorted(times, end_us, side="right")) - 1
+        if k >= 0 and times[k] >= start_us - LEAD_US:
+            return self.sites[int(index[k])]
+        return None
+
+
+def read_sidecar(folder: Path) -> tuple[Sidecar | None, str | None]:
+    """The folder's sidecar, or None; the second value is a note when one exists but cannot be used."""
+    path = folder / SIDECAR_NAME
+    if not path.is_file():
+        return None, None
+    try:
+        doc = json.loads(path.read_text())
+        if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+            return None, f"{path}: ignored (not a {SCHEMA} document)"
+        return _parse(doc, str(path)), None
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        return None, f"{path}: ignored ({type(exc).__name__}: {exc})"
+
+
+def _parse(doc: dict[str, Any], path: str) -> Sidecar:
+    sites: list[CallSite] = []
+    ops: list[str] = []
+    per_thread: dict[str, tuple[list[float], list[int]]] = {}
+    for rec in doc.get("sync_sites") or []:
+        site = CallSite(str(rec["file"]), int(rec["line"]), str(rec["function"]))
+        sites.append(site)
+        ops.append(str(rec.get("op", "")))
+        times, index = per_thread.setdefault(str(rec.get("thread", "")), ([], []))
+        for t in rec.get("times_us") or [rec.get("first_us")]:
+            if isinstance(t, int | float):
+                times.append(float(t))
+                index.append(len(sites) - 1)
+    by_thread = {}
+    for tid, (times, index) in per_thread.items():
+        order = np.argsort(times, kind="stable")
+        by_thread[tid] = (np.asarray(times)[order], np.asarray(index, dtype=np.int64)[order])
+    run = doc.get("run")
+    timing = doc.get("step_timing")
+    run = run if isinstance(run, dict) else {}
+    timing = timing if isinstance(timing, dict) else {}
+    return Sidecar(path, run, timing, tuple(sites), tuple(ops), by_thread)
