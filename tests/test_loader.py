@@ -357,7 +357,10 @@ def test_folder_of_rank_files_gives_one_model_per_rank(tmp_path: Path) -> None:
     assert [m.event_count for m in traces.models] == [3, 6]
     assert Path(traces.for_rank(1).path).name == "a_worker1.pt.trace.json"
     assert traces.for_rank(None) is traces.models[0]
-    assert traces.notes == ()
+    # ... and the sidecar.json that is not a stallscope sidecar is not read as a trace, and said so
+    (note,) = traces.notes
+    assert note.endswith("sidecar.json: ignored (not a stallscope.sidecar/1 document)")
+    assert traces.sidecar is None
     with pytest.raises(KeyError):
         traces.for_rank(5)
 
