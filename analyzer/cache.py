@@ -39,6 +39,11 @@ def hasher() -> hashlib.blake2b:
     return hashlib.blake2b(digest_size=16)
 
 
+def stat_token(path: Path) -> dict[str, int]:
+    """What identifies this version of the file without reading it (taken *before* it is read)."""
+    return _stat_token(path)
+
+
 def _stat_token(path: Path) -> dict[str, int]:
     st = path.stat()
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino}
@@ -60,9 +65,11 @@ def known_key(path: Path) -> str | None:
     return None
 
 
-def remember_key(path: Path, key: str) -> None:
+def remember_key(path: Path, key: str, token: dict[str, int]) -> None:
+    """Record that the file, as it was when ``token`` was taken, has content ``key``. The token must come
+    from before the file was read: a file changed since then must not inherit the old key."""
     with contextlib.suppress(OSError):
-        _atomic_write(_index_file(path), json.dumps({"stat": _stat_token(path), "key": key}))
+        _atomic_write(_index_file(path), json.dumps({"stat": token, "key": key}))
 
 
 def load_cached(key: str, path: str) -> TraceModel | None:
@@ -79,12 +86,14 @@ def load_cached(key: str, path: str) -> TraceModel | None:
         return None
 
 
-def store(key: str, model: TraceModel, source: Path | None = None) -> None:
+def store(
+    key: str, model: TraceModel, source: Path | None = None, token: dict[str, int] | None = None
+) -> None:
     """Write the model under ``key`` in a background thread (the caller goes on analysing meanwhile) and
     remember ``source``'s content key. Failures (read-only cache, full disk) are not errors. A load of the
     same key waits for the write; the interpreter waits for pending writes before it exits."""
     writer = threading.Thread(
-        target=_store_now, args=(key, model, source), name=f"stallscope-cache-{key[:8]}"
+        target=_store_now, args=(key, model, source, token), name=f"stallscope-cache-{key[:8]}"
     )
     with _pending_lock:
         _pending[key] = writer
@@ -103,7 +112,7 @@ _pending: dict[str, threading.Thread] = {}
 _pending_lock = threading.Lock()
 
 
-def _store_now(key: str, model: TraceModel, source: Path | None) -> None:
+def _store_now(key: str, model: TraceModel, source: Path | None, token: dict[str, int] | None) -> None:
     root = cache_root()
     try:
         try:
@@ -121,8 +130,8 @@ def _store_now(key: str, model: TraceModel, source: Path | None) -> None:
         except OSError:
             shutil.rmtree(tmp, ignore_errors=True)
             return
-        if source is not None:
-            remember_key(source, key)
+        if source is not None and token is not None:
+            remember_key(source, key, token)
     finally:
         with _pending_lock:
             if _pending.get(key) is threading.current_thread():

@@ -121,11 +121,12 @@ def load_file(path: Path, *, use_cache: bool = True, progress: Progress | None =
     except OSError as exc:
         raise TraceError(str(path), f"cannot read ({exc.strerror or exc})") from None
     key = None
+    token = cache.stat_token(path)  # before reading: a file changed meanwhile must not get this key
     if use_cache:
         key = cache.known_key(path) or _hash_file(path)
         cached = cache.load_cached(key, str(path))
         if cached is not None:
-            cache.remember_key(path, key)
+            cache.remember_key(path, key, token)
             return cached
     say(f"reading {path.name} ({size / 1e6:.1f} MB)")
     fmt = "json.gz" if path.name.endswith(".gz") else "json"
@@ -137,7 +138,7 @@ def load_file(path: Path, *, use_cache: bool = True, progress: Progress | None =
         model = build_model(doc, str(path), fmt, say)
     if key is not None:
         say("writing the cache")
-        cache.store(key, model, path)
+        cache.store(key, model, path, token)
     return model
 
 
