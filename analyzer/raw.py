@@ -93,7 +93,7 @@ KNOWN_KEYS = frozenset(
         "traceEvents", "deviceProperties", "distributedInfo", "displayTimeUnit", "baseTimeNanoseconds",
         "schemaVersion", "traceName", "trace_id", "record_shapes", "with_stack", "with_flops",
         "with_modules", "profile_memory", "cuda_runtime_version", "cuda_driver_version", "cupti_version",
-        "hip_runtime_version", "roctracer_version", "rocprofiler_version", "metadata",
+        "hip_runtime_version", "roctracer_version", "rocprofiler_version", "metadata", "host_name",
     }
 )  # fmt: skip
 _KEYS_DECODER = msgspec.json.Decoder(dict[str, msgspec.Raw])

@@ -48,6 +48,10 @@ def render(a: Analysis, top: int = 3) -> str:
 
 def _verdict(a: Analysis) -> list[str]:
     s = a.summary
+    if a.main_device is None:
+        return [
+            "  verdict   CPU-only profile: no kernels, copies or memsets on a device, so nothing waited on a GPU"
+        ]
     if a.critical is None or s.bottleneck is None:
         return []
     share = a.critical.breakdown_us[a.critical.bottleneck] / max(a.critical.length_us, 1e-9)

@@ -787,14 +787,14 @@ def test_unknown_top_level_keys_are_counted_not_fatal(
 ) -> None:
     # GIVEN a trace with top-level keys stallscope does not read, before and after the event list
     doc = minimal_trace()
-    doc = {"tw_job": "x", **doc, "host_name": "h", "traceName": "t", "with_stack": True}
+    doc = {"tw_job": "x", **doc, "tw_user": "h", "host_name": "known", "traceName": "t", "with_stack": True}
     monkeypatch.setattr(analyzer.loader, "_STREAM_MIN_BYTES", 0 if stream else 1 << 40)
     if stream:
         request.getfixturevalue("no_whole_document_decode")  # prove the streaming path read it
     # WHEN loaded
     m = load_one(write_trace(doc), use_cache=False)
     # THEN the unknown ones are listed, the known ones are not, and the events load as usual
-    assert m.report.unknown_keys == ("host_name", "tw_job")
+    assert m.report.unknown_keys == ("tw_job", "tw_user")
     assert m.event_count == len([e for e in minimal_trace()["traceEvents"] if e["ph"] in ("X", "i")])
 
 
