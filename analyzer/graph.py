@@ -358,6 +358,15 @@ class _IssueOrder:
         return int(idx[k]) if k < len(idx) else NO_ID
 
 
+def activities_by_call(act_call: I64) -> dict[int, list[int]]:
+    """Call index -> the activities it launched (indices into the activity arrays)."""
+    out: dict[int, list[int]] = {}
+    for a, c in enumerate(act_call.tolist()):
+        if c >= 0:
+            out.setdefault(c, []).append(a)
+    return out
+
+
 def _sync_records(model: TraceModel) -> dict[int, int]:
     """Host call event -> its ``cuda_sync`` device record (which names the stream/event waited on)."""
     ev = model.events
@@ -374,10 +383,7 @@ def _blocking(
     waits: list[tuple[int, ...]] = [()] * len(calls)
     records = _sync_records(model)
     record_calls = {int(ev.correlation[e]): int(e) for e in calls[ev.api[calls] == ApiKind.EVENT_RECORD]}
-    acts_of_call: dict[int, list[int]] = {}
-    for a, c in enumerate(act_call.tolist()):
-        if c >= 0:
-            acts_of_call.setdefault(c, []).append(a)
+    acts_of_call = activities_by_call(act_call)
     main_device = _main_device(model, act_lane)
     pageable = np.array(["Pageable" in name for name in model.strings], dtype=np.bool_)[ev.name[acts]]
     touches_pageable = np.zeros(len(calls), dtype=np.bool_)

@@ -14,7 +14,7 @@ from enum import Enum
 
 import numpy as np
 
-from analyzer.graph import Blocking, Graph
+from analyzer.graph import Blocking, Graph, activities_by_call
 from analyzer.model import NO_ID, Step, TraceModel
 from analyzer.names import ApiKind, EventKind
 from analyzer.sidecar import Sidecar
@@ -79,10 +79,7 @@ def find_syncs(
     """Every blocking call inside the window, grouped per user-level operation, classified. The call site
     is the collector's exact line when a sidecar recorded the call, else the innermost user frame."""
     waited = g.waited()
-    acts_by_call: dict[int, list[int]] = {}
-    for a, c in enumerate(g.act_call.tolist()):
-        if c >= 0:
-            acts_by_call.setdefault(c, []).append(a)
+    acts_by_call = activities_by_call(g.act_call)
     pageable = {
         c
         for c, acts in acts_by_call.items()
