@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from analyzer.errors import StallscopeError, UsageError
-from stallscope import __version__
+from stallscope import __version__, profile_cmd
 
 
 @dataclass(frozen=True)
@@ -148,6 +148,12 @@ COMMANDS: tuple[Command, ...] = (
         "fail (exit 1) when a trace exceeds performance limits (for CI)",
         _configure_check,
         _run_check,
+    ),
+    Command(
+        "profile",
+        "run a Python program under the profiler, write a bundle and print the verdict",
+        profile_cmd.configure,
+        profile_cmd.run,
     ),
 )
 

@@ -1,0 +1,126 @@
+"""The output bundle: a folder with ``trace.pt.trace.json.gz`` (standard Kineto JSON, gzip) and
+``sidecar.json`` (schema ``stallscope.sidecar/1``, see docs/sidecar.md).
+
+It is written atomically: everything goes into a hidden staging folder beside the target, which is
+renamed into place at the end, so a reader never sees half a bundle. The staging folder is made before
+the workload runs, so an unwritable output folder is reported before any time is spent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from analyzer.errors import UsageError
+
+SCHEMA = "stallscope.sidecar/1"
+TRACE_NAME = "trace.pt.trace.json.gz"
+SIDECAR_NAME = "sidecar.json"
+DEFAULT_ROOT = "stallscope_out"
+_BUNDLE_FILES = {TRACE_NAME, SIDECAR_NAME}
+
+
+def default_output(name: str, root: str | Path = DEFAULT_ROOT, now: float | None = None) -> Path:
+    """``stallscope_out/<name>-<YYYYmmdd-HHMMSS>`` (with ``-2``, ``-3``... when that exists)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    base = Path(root) / f"{name}-{stamp}"
+    out, n = base, 1
+    while out.exists():
+        n += 1
+        out = base.with_name(f"{base.name}-{n}")
+    return out
+
+
+class Staging:
+    """A bundle being written. ``trace_path`` is where the profiler exports; ``commit`` publishes."""
+
+    def __init__(self, output: str | Path) -> None:
+        self.output = Path(output).absolute()  # the workload may chdir
+        self._check_target()
+        try:
+            self.output.parent.mkdir(parents=True, exist_ok=True)
+            self.path = Path(tempfile.mkdtemp(prefix=f".{self.output.name}.", dir=self.output.parent))
+        except OSError as exc:
+            raise UsageError(f"-o {output}: cannot write there ({exc.strerror or exc})") from None
+        self.trace_path = self.path / TRACE_NAME
+
+    def _check_target(self) -> None:
+        out = self.output
+        if out.exists() and not out.is_dir():
+            raise UsageError(f"-o {out}: exists and is not a folder")
+        if out.is_dir() and not set(os.listdir(out)) <= _BUNDLE_FILES:
+            raise UsageError(f"-o {out}: folder exists and is not a stallscope bundle; choose another")
+
+    def commit(self, sidecar: dict[str, Any]) -> Path:
+        """Write ``sidecar.json`` and move the bundle into place (replacing an older bundle there)."""
+        try:
+            text = json.dumps(sidecar, indent=1, allow_nan=False, default=str)
+            (self.path / SIDECAR_NAME).write_text(text + "\n")
+            self._check_target()
+            old = None
+            if self.output.exists():
+                old = Path(tempfile.mkdtemp(prefix=f".{self.output.name}.old.", dir=self.output.parent))
+                os.replace(self.output, old / "bundle")
+            os.replace(self.path, self.output)
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
+        except OSError as exc:
+            raise UsageError(f"-o {self.output}: cannot write the bundle ({exc.strerror or exc})") from None
+        return self.output
+
+    def discard(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def sidecar(
+    run: dict[str, Any], sync_sites: list[dict[str, Any]], step_timing: dict[str, Any]
+) -> dict[str, Any]:
+    """The ``stallscope.sidecar/1`` document."""
+    return {"schema": SCHEMA, "run": run, "sync_sites": sync_sites, "step_timing": step_timing}
+
+
+def run_metadata(argv: list[str], program_dir: Path | None, started: str) -> dict[str, Any]:
+    """torch / CUDA versions, device, Python, the command line and the program's git commit if any."""
+    meta: dict[str, Any] = {
+        "argv": argv,
+        "python": platform.python_version(),
+        "platform": sys.platform,
+        "started": started,
+    }
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        meta["torch"] = str(getattr(torch, "__version__", ""))
+        meta["cuda"] = getattr(getattr(torch, "version", None), "cuda", None)
+        try:
+            if torch.cuda.is_available():
+                meta["device"] = torch.cuda.get_device_name(torch.cuda.current_device())
+        except Exception:  # a broken driver must not lose the bundle
+            pass
+    if program_dir is not None:
+        meta["git_commit"] = git_commit(program_dir)
+    return meta
+
+
+def git_commit(folder: Path, timeout: float = 2.0) -> str | None:
+    """``git rev-parse HEAD`` in ``folder``; None when git, the repository or the time is missing."""
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=folder,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    commit = done.stdout.strip()
+    return commit if done.returncode == 0 and commit else None

@@ -1,0 +1,346 @@
+"""The profiling session: ``torch.profiler`` over a workload, steps found without code changes.
+
+How the window is chosen (``ProfileOptions``):
+
+- **steps** (the default): a global optimizer step hook and ``stallscope.step()`` mark steps. Until the
+  first step, everything is recorded (the fallback window, kept only if no step ever comes). At the first
+  step that recording is dropped and a scheduled profiler takes over,
+  ``schedule(skip_first=skip, wait=0, warmup=warmup, active=steps, repeat=1)``, counted from the end of
+  the first iteration: the first (slowest) iteration is never in the window.
+- **duration** (``--duration S``): everything from the start for S seconds (steps still labelled), then
+  the profiler stops at the next step or when a SIGALRM timer fires in the main thread.
+
+The optional collaborators (``collector.sites.SyncSiteRecorder`` for exact sync call sites during the
+window, ``collector.steptiming.StepTimer`` for every step of the run) are used when importable.
+
+torch is imported only when a session starts: ``active()`` and ``step()`` are free without one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from analyzer.errors import StallscopeError
+
+TORCH_MISSING = (
+    "torch is not installed; the collector needs it: `pip install torch` "
+    "(for a CUDA build see https://pytorch.org/get-started/locally/)"
+)
+_RECORDING = ("RECORD", "RECORD_AND_SAVE")
+
+
+@dataclass(frozen=True)
+class ProfileOptions:
+    """What to record. Defaults give a few steady-state steps of a typical training loop."""
+
+    skip: int = 5
+    warmup: int = 2
+    steps: int = 5
+    duration: float | None = None
+    shapes: bool = False
+    memory: bool = False
+
+    def check(self) -> None:
+        """Raise ``StallscopeError`` for values that make no sense."""
+        for name, value in (("skip", self.skip), ("warmup", self.warmup)):
+            if value < 0:
+                raise StallscopeError(f"--{name} must be 0 or more, not {value}")
+        if self.steps < 1:
+            raise StallscopeError(f"--steps must be 1 or more, not {self.steps}")
+        if self.duration is not None and not self.duration > 0:
+            raise StallscopeError(f"--duration must be a positive number of seconds, not {self.duration}")
+
+
+@dataclass
+class Capture:
+    """What a session produced. ``trace`` is None when no profiled window was reached."""
+
+    trace: Path | None
+    mode: str  # "steps" | "whole_run" | "duration"
+    steps_seen: int
+    sync_sites: list[dict[str, Any]] = field(default_factory=list)
+    step_timing: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+_active: Session | None = None
+_lock = threading.Lock()
+
+
+def active() -> Session | None:
+    """The running session, if any (one per process)."""
+    return _active
+
+
+def require_torch() -> Any:
+    """``import torch``, or a ``StallscopeError`` that says how to install it."""
+    try:
+        import torch
+    except ImportError:
+        raise StallscopeError(TORCH_MISSING) from None
+    return torch
+
+
+def _optional(module: str, name: str) -> Any:
+    """A collaborator class from another collector module, or None while it does not exist."""
+    try:
+        mod = __import__(module, fromlist=[name])
+    except ImportError:
+        return None
+    return getattr(mod, name, None)
+
+
+class Session:
+    """One profiling run. ``start()``, then ``step()`` per iteration (also called by the optimizer hook),
+    then ``stop()`` -> ``Capture``. The trace is exported to ``trace_path`` (gzip Kineto JSON) as soon as
+    the window closes, so memory is freed early and an interrupted run still leaves its trace."""
+
+    def __init__(self, options: ProfileOptions, trace_path: Path) -> None:
+        options.check()
+        self.options = options
+        self.trace_path = trace_path
+        self.cuda = False
+        self.notes: list[str] = []
+        self._torch: Any = None
+        self._prof: Any = None  # the profiler currently running
+        self._scheduled = False  # _prof is the scheduled one (after the first step)
+        self._hook: Any = None
+        self._explicit = False  # stallscope.step() was called: the optimizer hook stands down
+        self._optimizer_id: int | None = None  # only the first optimizer that steps counts
+        self._steps = 0
+        self._exported = False
+        self._stopped = False
+        self._timer: Any = None
+        self._recorder: Any = None
+        self._sync_sites: list[dict[str, Any]] = []
+        self._deadline: float | None = None
+        self._old_alarm: Any = None
+        self._in_step = False
+        self._alarm_fired = False
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        global _active
+        torch = require_torch()
+        with _lock:
+            if _active is not None:
+                raise StallscopeError("a stallscope profiling session is already running in this process")
+            _active = self
+        try:
+            self._begin(torch)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _begin(self, torch: Any) -> None:
+        self._torch = torch
+        self.cuda = bool(torch.cuda.is_available())
+        if not self.cuda:
+            self.notes.append("no CUDA device available: profiling the CPU only")
+        timer_cls = _optional("collector.steptiming", "StepTimer")
+        self._timer = timer_cls() if timer_cls is not None else None
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        self._hook = register_optimizer_step_post_hook(self._on_optimizer_step)
+        always = self._torch.profiler.ProfilerAction.RECORD
+        # duration mode: one profiler from the start, steps labelled; else the fallback (no labels)
+        self._prof = self._profiler(schedule=(lambda _n: always) if self.options.duration else None)
+        self._prof.start()
+        self._enter_recorder()
+        if self.options.duration is not None:
+            self._deadline = time.monotonic() + self.options.duration
+            self._arm_alarm(self.options.duration)
+
+    def step(self) -> None:
+        """Mark the end of one iteration: step timing, and the profiler's schedule."""
+        self._explicit = True
+        self._step()
+
+    def stop(self) -> Capture:
+        """Stop everything (idempotent enough to call from a ``finally``) and say what was captured."""
+        global _active
+        if not self._stopped:
+            self._stopped = True
+            self._disarm_alarm()
+            if self._hook is not None:
+                self._hook.remove()
+            try:
+                self._stop_profiler()
+            finally:
+                if self._timer is not None:
+                    self._timer.close()
+                with _lock:
+                    if _active is self:
+                        _active = None
+        return Capture(
+            trace=self.trace_path if self._exported else None,
+            mode=self._mode(),
+            steps_seen=self._steps,
+            sync_sites=list(self._sync_sites),
+            step_timing=dict(self._timer.summary()) if self._timer is not None else {},
+            notes=list(self.notes),
+        )
+
+    # -- steps -----------------------------------------------------------------------------------
+
+    def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self._explicit:
+            return
+        if self._optimizer_id is None:
+            self._optimizer_id = id(optimizer)
+        if id(optimizer) == self._optimizer_id:  # a GAN's second optimizer is the same step
+            self._step()
+
+    def _step(self) -> None:
+        if self._stopped:
+            return
+        self._steps += 1
+        if self._timer is not None:
+            self._timer.step()
+        if self._prof is None:
+            return
+        self._in_step = True
+        try:
+            self._advance()
+        finally:
+            self._in_step = False
+        if self._alarm_fired:
+            self._stop_profiler()
+
+    def _advance(self) -> None:
+        if self.options.duration is not None:
+            if self._deadline is not None and time.monotonic() >= self._deadline:
+                self._stop_profiler()
+            else:
+                self._prof.step()
+            return
+        if not self._scheduled:
+            self._begin_scheduled()
+            return
+        self._prof.step()
+        if self._prof is not None and self._prof.current_action.name in _RECORDING:
+            self._enter_recorder()
+
+    def _begin_scheduled(self) -> None:
+        """First step: drop the whole-run fallback recording and start the scheduled profiler."""
+        self._exit_recorder(keep=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self._prof.on_trace_ready = None  # the fallback is not the trace any more
+            self._prof.stop()
+        _release(self._prof)
+        o = self.options
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "won't be using warmup": --warmup 0 is the user's choice
+            sched = self._torch.profiler.schedule(
+                skip_first=o.skip, wait=0, warmup=o.warmup, active=o.steps, repeat=1
+            )
+        self._prof = self._profiler(schedule=sched)
+        self._scheduled = True
+        self._prof.start()
+        if self._prof.current_action.name in _RECORDING:
+            self._enter_recorder()
+
+    def _mode(self) -> str:
+        if self.options.duration is not None:
+            return "duration"
+        return "steps" if self._scheduled else "whole_run"
+
+    # -- profiler --------------------------------------------------------------------------------
+
+    def _profiler(self, schedule: Any) -> Any:
+        torch = self._torch
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        extra: dict[str, Any] = {}
+        if self.cuda:
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+            # sync events (cudaDeviceSynchronize... records) where this torch supports them
+            with contextlib.suppress(AttributeError, TypeError):
+                extra["experimental_config"] = torch.profiler._ExperimentalConfig(
+                    enable_cuda_sync_events=True
+                )
+        return torch.profiler.profile(
+            activities=activities,
+            schedule=schedule,
+            on_trace_ready=self._on_trace_ready,
+            record_shapes=self.options.shapes,
+            profile_memory=self.options.memory,
+            with_stack=True,
+            **extra,
+        )
+
+    def _on_trace_ready(self, prof: Any) -> None:
+        self._exit_recorder(keep=True)
+        self.trace_path.parent.mkdir(parents=True, exist_ok=True)
+        prof.export_chrome_trace(str(self.trace_path))
+        self._exported = True
+        _release(prof)  # the last action of the transition that called us
+        self._prof = None  # the window is over: later steps only feed the step timer
+
+    def _stop_profiler(self) -> None:
+        prof, self._prof = self._prof, None
+        if prof is not None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                prof.stop()
+            _release(prof)
+        self._exit_recorder(keep=True)
+
+    # -- sync sites ------------------------------------------------------------------------------
+
+    def _enter_recorder(self) -> None:
+        if self._recorder is not None:
+            return
+        recorder_cls = _optional("collector.sites", "SyncSiteRecorder")
+        if recorder_cls is not None:
+            self._recorder = recorder_cls(
+                strategy="patch"
+            )  # ~0 cost on non-sync ops (a mode: +2-3 us per op)
+            self._recorder.__enter__()
+
+    def _exit_recorder(self, keep: bool) -> None:
+        rec, self._recorder = self._recorder, None
+        if rec is None:
+            return
+        rec.__exit__(None, None, None)
+        if keep:
+            self._sync_sites = list(rec.records())
+
+    # -- duration timer --------------------------------------------------------------------------
+
+    def _arm_alarm(self, seconds: float) -> None:
+        """Stop at the deadline even in a loop without steps: SIGALRM, main thread, if nobody uses it."""
+        if not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+            return
+        if signal.getsignal(signal.SIGALRM) not in (signal.SIG_DFL, None):
+            return
+        self._old_alarm = signal.signal(signal.SIGALRM, self._on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+
+    def _on_alarm(self, signum: int, frame: FrameType | None) -> None:
+        self._alarm_fired = True
+        if not self._stopped and not self._in_step:  # never in the middle of the profiler's own code
+            self._stop_profiler()
+
+    def _disarm_alarm(self) -> None:
+        if self._old_alarm is not None:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._old_alarm)
+            self._old_alarm = None
+
+
+def _release(prof: Any) -> None:
+    """Free a stopped profiler's results now, not whenever the garbage collector breaks the cycle through
+    ``on_trace_ready``: torch (2.13, with_stack) can crash freeing a session's results while a later
+    session runs."""
+    prof.on_trace_ready = None
+    prof.profiler = None

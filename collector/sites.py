@@ -1,0 +1,449 @@
+"""Exact call sites of sync-prone calls: the user's file and line, the OS thread, and the trace-clock time.
+
+``with SyncSiteRecorder() as rec: ...`` then ``rec.records()`` gives the sidecar's ``sync_sites``
+(``docs/sidecar.md``): one record per (file, line, function, op, thread) with the call count and the start
+time of each call on the trace clock (:mod:`collector.clock`).
+
+How: a :class:`torch.overrides.TorchFunctionMode` sees every tensor method and torch function; only the
+sync-prone ones (a dict lookup, plus a cheap argument check for ``to``/``copy_``/indexing/...) do any
+work. ``torch.cuda.synchronize``, ``torch.cuda.Stream.synchronize``, ``torch.cuda.Event.synchronize`` and
+``torch.accelerator.synchronize`` are not torch functions: they are wrapped while the recorder is active
+and restored on exit (also after an exception).
+
+The site is the innermost frame outside torch, site-packages, the standard library and stallscope's own
+packages (the classification is cached per code object). A call made by stallscope itself (its innermost
+non-library frame is in ``collector``/``analyzer``/``stallscope``/``dashboard``, e.g. the step timer
+reading its CUDA events) is not recorded; a call with no user frame at all is not recorded either.
+
+Decisions:
+
+- It records sync-*prone* calls, whatever device the tensor is on: on a CPU-only run it marks the sites
+  that would sync on a GPU, and on a GPU run a record with no blocking call near it is simply not used by
+  the analyzer's join. So ``.item()``, ``.tolist()``, ``.numpy()``, ``.cpu()`` and ``.to("cpu")`` /
+  ``.to(cpu_tensor)`` count even on a CPU tensor (an explicit move to the host is where a GPU tensor
+  would wait). ``dst.copy_(src)`` counts only when ``dst`` is on the CPU and ``src`` is not: a CPU-to-CPU
+  copy is an ordinary copy (optimizers and data code do many) and says nothing about a device.
+- Data-dependent shapes: ``nonzero``, ``argwhere``, ``masked_select``, ``unique``(``_consecutive``),
+  one-argument ``torch.where``, indexing with a bool tensor (``x[mask]``, op ``Tensor.__getitem__``;
+  ``x[mask] = t`` with a non-scalar ``t``, op ``Tensor.__setitem__``), ``repeat_interleave`` with tensor
+  repeats and no ``output_size``, ``bincount``, ``one_hot`` without ``num_classes``.
+- Scalar reads: ``item``, ``__bool__`` (``if t:``), ``__int__``, ``__float__``, ``__index__``,
+  ``__complex__``, ``is_nonzero``, ``__contains__``, ``equal``, ``allclose``, ``__repr__``/``__format__``
+  (printing a device tensor copies it to the host).
+- ``SyncSiteRecorder(strategy="patch")`` wraps the sync-prone methods and functions themselves instead
+  of pushing a mode: the other torch calls then cost nothing extra (a TorchFunctionMode adds about 2-3 µs
+  to *every* torch call, whatever its handler does), and every thread is covered; calls through aliases
+  bound before entry (``from torch import nonzero``) are missed.
+- The mode is thread-local (torch keeps the mode stack per thread): tensor calls are recorded on the thread
+  that entered the recorder; the CUDA synchronize wrappers are process-wide and record on any thread.
+- Calls made from inside another recorded call (torch's own Python code under ``Tensor.unique``, for
+  instance) are not recorded again: torch disables the mode while its handler runs.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import sysconfig
+import threading
+import time
+from collections.abc import Callable
+from types import CodeType, FrameType
+from typing import Any
+
+from collector.clock import TRACE_BASE_NS
+
+_LIB, _USER, _OURS = 0, 1, 2
+_OUR_PACKAGES = ("collector", "analyzer", "stallscope", "dashboard")
+_LIB_PREFIXES = ("<frozen ", "<eval_with_key>", "<torch_package_", "<built-in")
+_Pred = Callable[[tuple[Any, ...], "dict[str, Any] | None"], bool]
+
+
+class _FrameFilter:
+    """Classifies code objects as library / user / stallscope's own, cached per code object."""
+
+    def __init__(self) -> None:
+        import torch
+
+        here = os.path.realpath(__file__)
+        root = os.path.dirname(os.path.dirname(here))
+        self.this_file = here
+        self.ours = tuple(os.path.join(root, p) + os.sep for p in _OUR_PACKAGES)
+        libs = {
+            os.path.dirname(os.path.realpath(torch.__file__)),
+            os.path.dirname(os.path.realpath(os.__file__)),
+        }
+        paths = sysconfig.get_paths()
+        for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+            if paths.get(key):
+                libs.add(os.path.realpath(paths[key]))
+        self.libs = tuple(sorted(p + os.sep for p in libs))
+        self.cache: dict[CodeType, int] = {}
+        self.paths: dict[str, int] = {}
+
+    def kind(self, code: CodeType) -> int:
+        k = self.paths.get(code.co_filename)
+        if k is None:
+            k = self.paths[code.co_filename] = self._kind(code.co_filename)
+        self.cache[code] = k
+        return k
+
+    def _kind(self, filename: str) -> int:
+        if filename.startswith("<"):
+            return _LIB if filename.startswith(_LIB_PREFIXES) else _USER
+        path = os.path.realpath(os.path.abspath(filename))
+        if path == self.this_file:
+            return _LIB  # the recorder's own frames (a nested recorder's handler): look further out
+        if path.startswith(self.ours):
+            return _OURS
+        parts = path.replace("\\", "/")
+        if "/site-packages/" in parts or "/dist-packages/" in parts or path.startswith(self.libs):
+            return _LIB
+        return _USER
+
+
+_FILTER: _FrameFilter | None = None
+
+
+def _frame_filter() -> _FrameFilter:
+    global _FILTER
+    if _FILTER is None:
+        _FILTER = _FrameFilter()
+    return _FILTER
+
+
+# --- which calls are sync-prone --------------------------------------------------------------------------
+
+
+def _is_host(d: Any) -> bool:
+    import torch
+
+    if isinstance(d, str):
+        return d == "cpu" or d.startswith("cpu:")
+    if isinstance(d, torch.device):
+        return d.type == "cpu"
+    if isinstance(d, torch.Tensor):
+        return d.device.type == "cpu"
+    return False
+
+
+def _to_host(args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> bool:
+    if len(args) > 1 and _is_host(args[1]):
+        return True
+    if not kwargs:
+        return False
+    return _is_host(kwargs.get("device")) or _is_host(kwargs.get("other"))
+
+
+def _copy_to_host(args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> bool:
+    import torch
+
+    src = args[1] if len(args) > 1 else (kwargs or {}).get("src")
+    dst = args[0] if args else None
+    return (
+        isinstance(dst, torch.Tensor)
+        and isinstance(src, torch.Tensor)
+        and dst.device.type == "cpu"
+        and src.device.type != "cpu"
+    )
+
+
+def _has_mask(index: Any) -> bool:
+    import torch
+
+    if isinstance(index, torch.Tensor):
+        return index.dtype == torch.bool
+    if isinstance(index, tuple):
+        return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in index)
+    return False
+
+
+def _mask_index(args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> bool:
+    return len(args) > 1 and _has_mask(args[1])
+
+
+def _mask_assign(args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> bool:
+    import torch
+
+    # ``x[mask] = scalar`` is a masked_fill (no sync); a tensor of values goes through nonzero
+    return len(args) > 2 and isinstance(args[2], torch.Tensor) and args[2].dim() > 0 and _has_mask(args[1])
+
+
+def _tensor_repeats(args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> bool:
+    import torch
+
+    kw = kwargs or {}
+    if kw.get("output_size") is not None:
+        return False
+    repeats = args[1] if len(args) > 1 else kw.get("repeats")
+    if repeats is None:  # torch.repeat_interleave(repeats_tensor)
+        return len(args) == 1 and isinstance(args[0], torch.Tensor)
+    return isinstance(repeats, torch.Tensor)
+
+
+def _single_arg(args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> bool:
+    return len(args) + len(kwargs or ()) == 1
+
+
+def _no_num_classes(args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> bool:
+    n = args[1] if len(args) > 1 else (kwargs or {}).get("num_classes", -1)
+    return n is None or n == -1
+
+
+_TENSOR_METHODS: dict[str, _Pred | None] = {
+    # scalar reads and copies to the host
+    "item": None, "tolist": None, "numpy": None, "__array__": None, "cpu": None,
+    "__bool__": None, "__int__": None, "__float__": None, "__index__": None, "__complex__": None,
+    "is_nonzero": None, "__contains__": None, "equal": None, "allclose": None,
+    "__repr__": None, "__format__": None,
+    "to": _to_host, "copy_": _copy_to_host,
+    # data-dependent output shapes
+    "nonzero": None, "argwhere": None, "masked_select": None, "unique": None, "unique_consecutive": None,
+    "bincount": None, "repeat_interleave": _tensor_repeats,
+    "__getitem__": _mask_index, "__setitem__": _mask_assign,
+}  # fmt: skip
+_TORCH_FUNCTIONS: dict[str, _Pred | None] = {
+    "nonzero": None, "argwhere": None, "masked_select": None, "unique": None, "unique_consecutive": None,
+    "equal": None, "allclose": None, "is_nonzero": None, "bincount": None,
+    "repeat_interleave": _tensor_repeats, "where": _single_arg,
+}  # fmt: skip
+
+_SPECS: dict[Any, tuple[str, _Pred | None]] | None = None
+
+
+def _specs() -> dict[Any, tuple[str, _Pred | None]]:
+    """func object (as ``__torch_function__`` receives it) -> (op name, argument check or None)."""
+    global _SPECS
+    if _SPECS is None:
+        import torch
+        import torch.nn.functional as F
+
+        specs: dict[Any, tuple[str, _Pred | None]] = {}
+        for name, pred in _TENSOR_METHODS.items():
+            for owner in (torch.Tensor, torch._C.TensorBase):
+                fn = getattr(owner, name, None)
+                if fn is not None:
+                    specs.setdefault(fn, (f"Tensor.{name}", pred))
+        for name, pred in _TORCH_FUNCTIONS.items():
+            fn = getattr(torch, name, None)
+            if fn is not None:
+                specs.setdefault(fn, (f"torch.{name}", pred))
+        specs.setdefault(F.one_hot, ("torch.nn.functional.one_hot", _no_num_classes))
+        _SPECS = specs
+    return _SPECS
+
+
+# --- the recorder ------------------------------------------------------------------------------------------
+
+_MODE_CLASS: type | None = None
+
+
+def _mode_class() -> type:
+    """The TorchFunctionMode subclass (made on first use, so that importing this module needs no torch)."""
+    global _MODE_CLASS
+    if _MODE_CLASS is None:
+        from torch.overrides import TorchFunctionMode
+
+        class _SyncSiteMode(TorchFunctionMode):
+            def __init__(self, recorder: SyncSiteRecorder) -> None:
+                super().__init__()
+                self._specs = _specs()
+                self._record = recorder._record
+
+            def __torch_function__(
+                self,
+                func: Any,
+                types: Any,
+                args: tuple[Any, ...] = (),
+                kwargs: dict[str, Any] | None = None,
+            ) -> Any:
+                spec = self._specs.get(func)
+                if spec is not None and (spec[1] is None or spec[1](args, kwargs)):
+                    self._record(spec[0], 2)
+                if kwargs is None:
+                    return func(*args)
+                return func(*args, **kwargs)
+
+        _MODE_CLASS = _SyncSiteMode
+    return _MODE_CLASS
+
+
+_Key = tuple[CodeType, int, str, int]
+
+
+class SyncSiteRecorder:
+    """Records the user's call sites of sync-prone torch calls while active (see the module docstring)."""
+
+    def __init__(self, *, strategy: str = "mode", wrap_synchronize: bool = True) -> None:
+        if strategy not in ("mode", "patch"):
+            raise ValueError(f"strategy must be 'mode' or 'patch', not {strategy!r}")
+        self._strategy = strategy
+        self._filter = _frame_filter()
+        self._times: dict[_Key, list[float]] = {}
+        self._wrap_synchronize = wrap_synchronize
+        self._patched: list[tuple[Any, str, Any, bool]] = []  # (owner, name, original, was in __dict__)
+        self._mode: Any = None
+
+    # context manager -------------------------------------------------------------------------------------
+    def __enter__(self) -> SyncSiteRecorder:
+        if self._mode is not None:
+            raise RuntimeError("SyncSiteRecorder is already active")
+        try:
+            if self._wrap_synchronize:
+                self._patch()
+            if self._strategy == "patch":
+                self._patch_calls()
+                mode: Any = True
+            else:
+                mode = _mode_class()(self)
+                mode.__enter__()
+        except BaseException:
+            self._unpatch()
+            raise
+        self._mode = mode
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        mode, self._mode = self._mode, None
+        try:
+            if mode is not None and mode is not True:
+                mode.__exit__(None, None, None)
+        finally:
+            self._unpatch()
+
+    @property
+    def active(self) -> bool:
+        return self._mode is not None
+
+    # recording -------------------------------------------------------------------------------------------
+    def _record(self, op: str, depth: int) -> None:
+        """One call of ``op``; ``depth`` is the frame of the caller of the hooked function, counted from
+        this method's frame."""
+        t = (time.time_ns() - TRACE_BASE_NS) / 1000.0
+        f: FrameType | None = sys._getframe(depth)
+        cache = self._filter.cache
+        while f is not None:
+            code = f.f_code
+            k = cache.get(code)
+            if k is None:
+                k = self._filter.kind(code)
+            if k == _USER:
+                break
+            if k == _OURS:
+                return
+            f = f.f_back
+        else:
+            return
+        key = (code, f.f_lineno, op, threading.get_native_id())
+        times = self._times.get(key)
+        if times is None:
+            self._times[key] = [t]
+        else:
+            times.append(t)
+
+    def _patch(self) -> None:
+        import torch
+
+        targets: list[tuple[Any, str, str]] = [
+            (torch.cuda, "synchronize", "torch.cuda.synchronize"),
+            (torch.cuda.Stream, "synchronize", "torch.cuda.Stream.synchronize"),
+            (torch.cuda.Event, "synchronize", "torch.cuda.Event.synchronize"),
+        ]
+        accelerator = getattr(torch, "accelerator", None)
+        if accelerator is not None and hasattr(accelerator, "synchronize"):
+            targets.append((accelerator, "synchronize", "torch.accelerator.synchronize"))
+        for owner, name, op in targets:
+            original = getattr(owner, name, None)
+            if original is None:
+                continue
+            own = name in vars(owner)
+            setattr(owner, name, self._wrapper(original, op))
+            self._patched.append((owner, name, original, own))
+
+    def _patch_calls(self) -> None:
+        """The ``patch`` strategy: wrap the sync-prone tensor methods and torch functions themselves."""
+        import torch
+        import torch.nn.functional as F
+
+        guard = threading.local()  # set while a wrapped call runs: calls made inside it are not recorded
+        targets: list[tuple[Any, str, str, _Pred | None]] = [
+            (torch.Tensor, name, f"Tensor.{name}", pred) for name, pred in _TENSOR_METHODS.items()
+        ]
+        targets += [(torch, name, f"torch.{name}", pred) for name, pred in _TORCH_FUNCTIONS.items()]
+        targets.append((F, "one_hot", "torch.nn.functional.one_hot", _no_num_classes))
+        for owner, name, op, pred in targets:
+            original = getattr(owner, name, None)
+            if original is None:
+                continue
+            own = name in vars(owner)
+            setattr(owner, name, self._call_wrapper(original, op, pred, guard))
+            self._patched.append((owner, name, original, own))
+
+    def _call_wrapper(
+        self, original: Callable[..., Any], op: str, pred: _Pred | None, guard: threading.local
+    ) -> Callable[..., Any]:
+        record = self._record
+
+        @functools.wraps(original)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if getattr(guard, "busy", False):
+                return original(*args, **kwargs)
+            if pred is None or pred(args, kwargs or None):
+                record(op, 2)
+            guard.busy = True
+            try:
+                return original(*args, **kwargs)
+            finally:
+                guard.busy = False
+
+        return wrapper
+
+    def _unpatch(self) -> None:
+        while self._patched:
+            owner, name, original, own = self._patched.pop()
+            if own:
+                setattr(owner, name, original)
+            else:
+                delattr(owner, name)
+
+    def _wrapper(self, original: Callable[..., Any], op: str) -> Callable[..., Any]:
+        record = self._record
+
+        @functools.wraps(original)
+        def synchronize(*args: Any, **kwargs: Any) -> Any:
+            record(op, 2)
+            return original(*args, **kwargs)
+
+        return synchronize
+
+    # results ---------------------------------------------------------------------------------------------
+    def clear(self) -> None:
+        self._times = {}
+
+    def records(
+        self, *, since_us: float | None = None, until_us: float | None = None
+    ) -> list[dict[str, Any]]:
+        """The sidecar's ``sync_sites``, ordered by first call. ``count`` and ``first_us`` cover every call;
+        ``since_us``/``until_us`` (trace clock) keep only the ``times_us`` inside that span."""
+        out: list[dict[str, Any]] = []
+        for (code, line, op, tid), times in list(self._times.items()):
+            kept = [
+                t
+                for t in times
+                if (since_us is None or t >= since_us) and (until_us is None or t <= until_us)
+            ]
+            out.append(
+                {
+                    "file": code.co_filename,
+                    "line": line,
+                    "function": code.co_name,
+                    "op": op,
+                    "thread": str(tid),
+                    "count": len(times),
+                    "first_us": min(times),
+                    "times_us": kept,
+                }
+            )
+        out.sort(key=lambda r: (r["first_us"], r["file"], r["line"], r["op"]))
+        return out

@@ -1,0 +1,142 @@
+"""``stallscope profile [options] script.py [args...]`` / ``-m module [args...]``: run an unmodified
+program under the collector, write a bundle, print the analyzer's verdict. Errors are raised as
+``StallscopeError`` for ``stallscope.cli.main`` to report."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from pathlib import Path
+
+from analyzer.errors import StallscopeError, UsageError
+
+_PY_SUFFIXES = (".py", ".pyw")
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.usage = "stallscope profile [options] (script.py | -m module) [args...]"
+    p.add_argument(
+        "-o", "--output", metavar="DIR", help="bundle folder (default stallscope_out/<script>-<time>)"
+    )
+    p.add_argument("-m", dest="module", action="store_true", help="run a library module as a script")
+    p.add_argument(
+        "--skip", type=int, default=5, metavar="N", help="steps to run before profiling (default 5)"
+    )
+    p.add_argument("--warmup", type=int, default=2, metavar="N", help="profiler warm-up steps (default 2)")
+    p.add_argument("--steps", type=int, default=5, metavar="N", help="steps to profile (default 5)")
+    p.add_argument(
+        "--duration",
+        type=float,
+        metavar="SECONDS",
+        help="profile the first SECONDS of the run instead of counting steps",
+    )
+    p.add_argument("--shapes", action="store_true", help="record input shapes of ops")
+    p.add_argument("--memory", action="store_true", help="record memory allocations")
+    p.add_argument("--no-analyze", action="store_true", help="write the bundle, do not print the verdict")
+    p.add_argument(
+        "program", nargs=argparse.REMAINDER, help="script.py [args...] or, with -m, module [args...]"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from collector.bundle import default_output
+    from collector.recording import record
+    from collector.run import run_module, run_script
+    from collector.session import ProfileOptions, Session, require_torch
+
+    if not args.program:
+        raise UsageError("profile: give a script (script.py [args...]) or -m module [args...]")
+    target, argv = args.program[0], list(args.program[1:])
+    options = ProfileOptions(args.skip, args.warmup, args.steps, args.duration, args.shapes, args.memory)
+    options.check()
+    if args.module:
+        name, program_dir = _check_module(target), Path.cwd()
+    else:
+        name, program_dir = _check_script(target), Path(target).resolve().parent
+    require_torch()
+    output = args.output or default_output(name)
+
+    def started(session: Session) -> None:
+        for note in session.notes:
+            print(f"stallscope: {note}", file=sys.stderr, flush=True)
+
+    def body() -> int:
+        return run_module(target, argv) if args.module else run_script(target, argv)
+
+    rec = record(body, options, output, [target, *argv], program_dir, started)
+    _report(
+        rec.exit_code,
+        rec.bundle,
+        rec.capture.trace is not None,
+        rec.capture.mode,
+        rec.capture.steps_seen,
+        args,
+    )
+    return rec.exit_code
+
+
+def _check_script(path: str) -> str:
+    p = Path(path)
+    if not p.exists():
+        raise UsageError(f"{path}: no such file")
+    if p.is_dir():
+        if not (p / "__main__.py").is_file():
+            raise UsageError(f"{path}: a folder without __main__.py, not a Python program")
+        return p.resolve().name
+    if p.suffix not in _PY_SUFFIXES and not _python_shebang(p):
+        raise UsageError(f"{path}: not a Python file (give a .py script, or -m module)")
+    return p.stem or p.name
+
+
+def _python_shebang(p: Path) -> bool:
+    try:
+        with p.open("rb") as f:
+            first = f.readline(200)
+    except OSError as exc:
+        raise UsageError(f"{p}: cannot read ({exc.strerror or exc})") from None
+    return first.startswith(b"#!") and b"python" in first
+
+
+def _check_module(name: str) -> str:
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError) as exc:
+        raise UsageError(f"-m {name}: cannot find the module ({exc})") from None
+    if spec is None:
+        raise UsageError(f"-m {name}: no module named {name!r}")
+    return name.rsplit(".", 1)[-1]
+
+
+def _report(code: int, bundle: Path, traced: bool, mode: str, steps: int, args: argparse.Namespace) -> None:
+    """After the run: what was captured, the verdict, the bundle and the next command."""
+
+    def say(msg: str) -> None:
+        print(f"stallscope: {msg}", file=sys.stderr)
+
+    if code == 130:
+        say("interrupted: the bundle holds what ran until then")
+    if not traced:
+        say(
+            f"the run made {steps} step(s), fewer than --skip {args.skip} + --warmup {args.warmup} + 1: "
+            "nothing was traced (step timing is in the sidecar); try --skip 0 --warmup 0"
+        )
+    elif mode == "whole_run":
+        say("no steps seen (no optimizer.step() or stallscope.step()): profiled the whole run")
+    sys.stdout.flush()
+    if traced and not args.no_analyze:
+        _analyze(bundle)
+    print(f"  bundle    {bundle}")
+    if traced:
+        print(f"  next      stallscope report {bundle}")
+
+
+def _analyze(bundle: Path) -> None:
+    from analyzer.analysis import analyze
+    from analyzer.loader import load
+    from stallscope.terminal import render
+
+    try:
+        print(render(analyze(load(bundle, use_cache=False))))
+    except StallscopeError as exc:  # the program's exit code stands; the analysis is extra
+        print(f"stallscope: could not analyse the bundle: {exc}", file=sys.stderr)
