@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Set up and run stallscope's developer tasks with nothing but Python 3.10+ and pip.
 
-    python3 dev.py demo    set up .venv, then analyse a bundled sample trace and print the verdict
+    python3 dev.py demo    set up .venv, then profile examples/item_logging.py and print the verdict
     python3 dev.py test    set up .venv, then lint (ruff, mypy --strict) and run the test suite
     python3 dev.py lint    lint only
     python3 dev.py bench   benchmarks/bench_load.py (installs HolisticTraceAnalysis in its own venv)
@@ -24,7 +24,7 @@ BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 PY = BIN / "python"
 STAMP = VENV / ".stallscope-setup"
 TORCH = "torch==2.13.0"  # the CPU wheel for development and CI; users bring their own (CUDA) torch
-DEMO_TRACE = ROOT / "sample_traces" / "worked_example_serial.pt.trace.json.gz"
+DEMO_SCRIPT = ROOT / "examples" / "item_logging.py"  # profiled end to end: `.item()` every step
 
 
 def run(*cmd: str | Path) -> None:
@@ -56,7 +56,8 @@ def main(argv: list[str]) -> int:
     try:
         if task == "demo":
             setup()
-            run(BIN / "stallscope", "analyze", DEMO_TRACE.relative_to(ROOT))
+            out = ROOT / "stallscope_out" / "demo-item_logging"
+            run(BIN / "stallscope", "profile", "-o", out.relative_to(ROOT), DEMO_SCRIPT.relative_to(ROOT))
         elif task == "test":
             setup()
             lint()

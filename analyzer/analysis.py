@@ -106,6 +106,7 @@ class Analysis:
     pipeline: Pipeline | None = None
     syncs: tuple[Sync, ...] = ()
     findings: tuple[Finding, ...] = ()
+    sidecar: Sidecar | None = None  # the bundle's sidecar, when the trace came with one
     options: Options = field(default_factory=Options)
     ranks: tuple[int, ...] = ()
     per_rank: dict[int, Summary] = field(default_factory=dict)
@@ -266,6 +267,7 @@ def analyze_model(
         whatif=whatif,
         pipeline=pipe,
         syncs=syncs,
+        sidecar=sidecar,
         options=opts,
         notes=notes,
     )

@@ -232,12 +232,54 @@ RULES: tuple[Callable[[Analysis], list[Finding]], ...] = (
 )
 
 
+_OP_KIND = (  # first match wins: "getitem" must not read as "item"
+    (("nonzero", "masked_select", "getitem", "setitem", "unique", "repeat_interleave", "where", "bincount"),
+     SyncKind.DATA_DEPENDENT),
+    (("item", "tolist", "__bool__", "__int__", "__float__", "__index__", "equal", "allclose"), SyncKind.SCALAR_READ),
+    (("synchronize",), SyncKind.BLANKET),
+    (("cpu", "numpy", "to", "copy_"), SyncKind.TO_HOST),
+)  # fmt: skip
+
+
+def would_sync_on_gpu(a: Analysis) -> list[Finding]:
+    """A CPU-only run cannot show syncs, but the collector's sidecar saw the sync-prone calls: each site
+    called in most steps is reported with the advice it would need on a GPU (no cost can be measured)."""
+    if a.main_device is not None or a.sidecar is None:
+        return []
+    counts: dict[int, int] = {}
+    for times, index in a.sidecar.by_thread.values():
+        inside = (times >= a.window.start_us) & (times <= a.window.end_us)  # calls during the window
+        for i in index[inside].tolist():
+            counts[i] = counts.get(i, 0) + 1
+    out = []
+    for i, n in sorted(counts.items()):
+        if len(a.steps) >= 2 and n < len(a.steps) / 2:
+            continue
+        op = a.sidecar.ops[i]
+        name = op.rsplit(".", 1)[-1].lower()
+        kind = next((k for names, k in _OP_KIND if any(w in name for w in names)), SyncKind.OTHER)
+        site = a.sidecar.sites[i]
+        out.append(
+            Finding(
+                f"would_sync_{kind.value}",
+                Severity.MEDIUM,
+                f"`{op}` at {site}: {n}x in the run; on a GPU it would block the host ({kind.value})",
+                site,
+                n,
+                0.0,
+                0.0,
+                _ADVICE[kind],
+            )
+        )
+    return out
+
+
 def all_rules() -> tuple[Callable[[Analysis], list[Finding]], ...]:
     """This module's rules, then the stream rules and the device rules (imported here: they build on
     ``Finding`` and ``severity`` from this module)."""
     from analyzer import findings_device, findings_streams
 
-    return RULES + findings_streams.RULES + findings_device.RULES
+    return (*RULES, would_sync_on_gpu, *findings_streams.RULES, *findings_device.RULES)
 
 
 def find_findings(a: Analysis) -> tuple[Finding, ...]:
