@@ -1,0 +1,112 @@
+"""One colour per gap cause, per critical-path kind and per timeline event kind, shared by every chart of
+the HTML report and the Dash dashboard.
+
+The API is plain mappings from the analyzer's string values to CSS colours, plus three lookup functions
+that accept either the Enum member or its string value. Causes and critical-path kinds that share a
+name (``sync``, ``input``, ``launch``, ``host``) share a colour, so a reader learns one legend:
+red is a sync, orange is data loading, purple is launch latency, blue is host work, green is the device
+computing, greys are idle or unexplained. The colours are the Okabe-Ito colour-blind-safe set, slightly
+muted so that long bars stay readable; order the legend with ``CAUSES`` / ``KINDS``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import Enum
+from types import MappingProxyType
+
+# base colours (named so that the three tables below stay consistent)
+DEVICE = "#2a9d6f"  # green: the device computing
+HOST = "#3b78b5"  # blue: host work
+INPUT = "#e69f00"  # orange: data loading
+LAUNCH = "#8e6bbf"  # purple: launch/submission latency
+SYNC = "#d1495b"  # red: a blocking sync
+DEPENDENCY = "#a6761d"  # brown: waiting on another stream / a collective
+IDLE = "#c3c8cf"  # light grey: nothing running
+UNKNOWN = "#8a919b"  # grey: not explained
+COPY = "#2bb0c7"  # teal: memcpy
+MEMSET = "#7fc8a9"  # pale green: memset
+PYTHON = "#9bbbe0"  # pale blue: python frames
+ANNOTATION = "#b9c2cf"  # blue-grey: user annotations, ProfilerStep
+OTHER = "#d5d9de"
+
+#: Gap causes (``analyzer.gaps.Cause`` values), in legend order.
+CAUSES: tuple[str, ...] = ("sync", "input", "launch", "dependency", "host", "unknown")
+#: Critical-path segment kinds (``analyzer.critical.Kind`` values), in legend order.
+KINDS: tuple[str, ...] = ("device", "host", "input", "launch", "sync", "idle")
+
+CAUSE_COLORS: Mapping[str, str] = MappingProxyType(
+    {
+        "sync": SYNC,
+        "input": INPUT,
+        "launch": LAUNCH,
+        "dependency": DEPENDENCY,
+        "host": HOST,
+        "unknown": UNKNOWN,
+    }
+)
+
+KIND_COLORS: Mapping[str, str] = MappingProxyType(
+    {
+        "device": DEVICE,
+        "host": HOST,
+        "input": INPUT,
+        "launch": LAUNCH,
+        "sync": SYNC,
+        "idle": IDLE,
+    }
+)
+
+#: Timeline event colours by ``analyzer.names.EventKind`` name (lower case), plus ``sync_call`` for a
+#: runtime call that blocked and ``launch_call`` for one that launched work.
+EVENT_COLORS: Mapping[str, str] = MappingProxyType(
+    {
+        "kernel": DEVICE,
+        "memcpy": COPY,
+        "memset": MEMSET,
+        "cpu_op": HOST,
+        "python": PYTHON,
+        "annotation": ANNOTATION,
+        "runtime": LAUNCH,
+        "driver": LAUNCH,
+        "launch_call": LAUNCH,
+        "sync_call": SYNC,
+        "sync": SYNC,
+        "gpu_annotation": ANNOTATION,
+        "other": OTHER,
+    }
+)
+
+SEVERITY_COLORS: Mapping[str, str] = MappingProxyType({"high": SYNC, "medium": INPUT, "low": UNKNOWN})
+
+#: Page and chart chrome shared by report and dashboard.
+FONT_FAMILY = (
+    "-apple-system, BlinkMacSystemFont, 'Segoe UI', Roboto, 'Helvetica Neue', Arial, 'Noto Sans', sans-serif"
+)
+MONO_FAMILY = "ui-monospace, SFMono-Regular, Menlo, Consolas, 'DejaVu Sans Mono', monospace"
+TEXT = "#1f2933"
+MUTED = "#616e7c"
+GRID = "#e4e7eb"
+BACKGROUND = "#ffffff"
+CRITICAL_OUTLINE = "#111827"  # the critical path drawn over the timeline
+
+
+def _key(value: str | Enum) -> str:
+    if isinstance(value, Enum):
+        return str(value.value if isinstance(value.value, str) else value.name).lower()
+    return value.lower()
+
+
+def cause_color(cause: str | Enum) -> str:
+    """Colour of a gap cause (``Cause`` or its value); unknown names get the ``unknown`` grey."""
+    return CAUSE_COLORS.get(_key(cause), UNKNOWN)
+
+
+def kind_color(kind: str | Enum) -> str:
+    """Colour of a critical-path kind (``Kind`` or its value); unknown names get the ``idle`` grey."""
+    return KIND_COLORS.get(_key(kind), IDLE)
+
+
+def event_color(kind: str | Enum) -> str:
+    """Colour of a timeline event by ``EventKind`` (member or lower-case name)."""
+    return EVENT_COLORS.get(_key(kind), OTHER)
