@@ -1,0 +1,399 @@
+"""The dashboard's trace store: a folder with an SQLite catalog and one sub-folder per trace.
+
+Layout under the store root::
+
+    catalog.sqlite                  id, name, time, size, tags, status, headline numbers, checksums
+    tmp/                            uploads and results being written (never served)
+    traces/<id>/input/...           the uploaded file (``trace.json[.gz]`` or an unpacked ``bundle/``)
+    traces/<id>/result-<n>/         events.parquet + model.json (the trace model), analysis.json
+
+Every write goes to ``tmp/`` (or a ``.tmp-`` folder) first and is renamed into place; the catalog row is
+written in one transaction after the files are in place, with a checksum of each result file. A reader
+only serves an entry whose row says ``ready`` and whose files match their checksums; anything else is
+reported (``CorruptEntry``), never served. SQLite (WAL, a connection per call) makes concurrent uploads
+from threads or processes safe, and the folder survives restarts: entries left ``pending`` or
+``analysing`` by a stopped server are picked up again (``unfinished``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import re
+import shutil
+import sqlite3
+import tempfile
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import IO, Any, NoReturn
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from analyzer.cache import _arrow, _meta_of, _model_from  # the cache's own Parquet layout, reused
+from analyzer.errors import StallscopeError
+from analyzer.model import TraceModel
+from dashboard.unpack import BadUpload, place
+
+ID_RE = re.compile(r"[0-9a-f]{32}")
+_MODELS_KEPT = 4  # decoded trace models kept in memory (the timeline asks for windows of the same trace)
+
+
+class Status(str, Enum):
+    PENDING = "pending"  # stored, waiting for the worker
+    ANALYSING = "analysing"
+    READY = "ready"
+    ERROR = "error"  # the trace could not be analysed; ``error`` says why
+    CORRUPT = "corrupt"  # files missing or not matching their checksums
+
+
+class StoreError(StallscopeError):
+    """Base of the store's errors (one line, safe to show to a user)."""
+
+
+class UnknownTrace(StoreError):
+    def __init__(self, trace_id: str) -> None:
+        super().__init__(f"no trace with id {trace_id[:40]!r}")
+
+
+class CorruptEntry(StoreError):
+    """An entry whose files are missing, half-written or changed since they were stored."""
+
+
+class NotReady(StoreError):
+    """The entry exists but has no analysis (yet, or because analysing it failed)."""
+
+
+class TooLarge(BadUpload):
+    pass
+
+
+@dataclass(frozen=True)
+class Entry:
+    id: str
+    name: str  # the uploaded file name: text for display only, never a path
+    uploaded_at: float  # seconds since the epoch
+    size_bytes: int
+    status: Status
+    progress: str
+    error: str
+    tags: tuple[str, ...]
+    summary: dict[str, Any] | None  # the analysis ``summary`` once ready (headline numbers)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "uploaded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.uploaded_at)),
+            "size_bytes": self.size_bytes,
+            "status": self.status.value,
+            "progress": self.progress,
+            "error": self.error,
+            "tags": list(self.tags),
+            "summary": self.summary,
+        }
+
+
+def check_id(trace_id: str) -> str:
+    """``trace_id`` if it has the shape of an id this store made (32 hex digits), else ``UnknownTrace``.
+    Runs before any filesystem access, so an id can never be a path."""
+    if not isinstance(trace_id, str) or not ID_RE.fullmatch(trace_id):
+        raise UnknownTrace(str(trace_id))
+    return trace_id
+
+
+_SCHEMA = """
+create table if not exists traces (
+    id text primary key, name text not null, uploaded_at real not null, size_bytes integer not null,
+    tags text not null default '[]', status text not null, progress text not null default '',
+    error text not null default '', input text not null, result text not null default '',
+    checksums text not null default '{}', summary text,
+    utilization real, bottleneck text, avoidable_syncs integer, est_saving_us real, wall_us real
+)
+"""
+_COLUMNS = "id, name, uploaded_at, size_bytes, tags, status, progress, error, summary"
+
+
+class Store:
+    """One store folder. Safe to share between threads and processes: each call opens its own SQLite
+    connection and every write is one transaction."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        for sub in ("tmp", "traces"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        with self._db() as db:
+            db.execute("pragma journal_mode=wal")
+            db.execute(_SCHEMA)
+        self._models: OrderedDict[str, TraceModel] = OrderedDict()
+        self._lock = threading.Lock()
+        self._remove_leftovers()
+
+    def _remove_leftovers(self, older_than_s: float = 3600.0) -> None:
+        """Staging folders and uncatalogued entry folders left by a process killed mid-write."""
+        with self._db() as db:
+            known = {r[0] for r in db.execute("select id from traces")}
+        now = time.time()
+        stale = list((self.root / "tmp").iterdir())
+        stale += [p for p in (self.root / "traces").iterdir() if p.name not in known]
+        for path in stale:
+            with contextlib.suppress(OSError):
+                if now - path.stat().st_mtime > older_than_s:
+                    shutil.rmtree(path, ignore_errors=True)
+
+    @contextlib.contextmanager
+    def _db(self) -> Iterator[sqlite3.Connection]:
+        db = sqlite3.connect(self.root / "catalog.sqlite", timeout=30.0)
+        try:
+            with db:  # one transaction: committed on success, rolled back on error
+                yield db
+        finally:
+            db.close()
+
+    # -- writing ---------------------------------------------------------------------------------
+
+    def add(self, name: str, data: IO[bytes], max_bytes: int, tags: tuple[str, ...] = ()) -> Entry:
+        """Store an uploaded trace or bundle read from ``data`` (at most ``max_bytes``, else ``TooLarge``)
+        as a new ``pending`` entry. ``name`` is only displayed; it never becomes a path."""
+        trace_id = uuid.uuid4().hex
+        staging = Path(tempfile.mkdtemp(prefix=f"{trace_id}-", dir=self.root / "tmp"))
+        try:
+            upload = staging / "upload"
+            size = _copy_limited(data, upload, max_bytes)
+            if size == 0:
+                raise BadUpload("the uploaded file is empty")
+            (staging / "input").mkdir()
+            loadable = Path("input") / place(upload, staging / "input", max_bytes)
+            staging.rename(self.root / "traces" / trace_id)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        clean = _display_name(name)
+        with self._db() as db:
+            db.execute(
+                "insert into traces (id, name, uploaded_at, size_bytes, tags, status, input)"
+                " values (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    trace_id,
+                    clean,
+                    time.time(),
+                    size,
+                    json.dumps(list(tags)),
+                    Status.PENDING.value,
+                    str(loadable),
+                ),
+            )
+        return self.get(trace_id)
+
+    def set_progress(self, trace_id: str, progress: str, status: Status = Status.ANALYSING) -> None:
+        with self._db() as db:
+            db.execute(
+                "update traces set status = ?, progress = ? where id = ?",
+                (status.value, progress[:200], check_id(trace_id)),
+            )
+
+    def fail(self, trace_id: str, error: str) -> None:
+        """Record why the trace could not be analysed (shown in the page and by the API)."""
+        with self._db() as db:
+            db.execute(
+                "update traces set status = ?, error = ?, progress = '' where id = ?",
+                (Status.ERROR.value, error[:500], check_id(trace_id)),
+            )
+
+    def save_result(self, trace_id: str, model: TraceModel, analysis: dict[str, Any]) -> Entry:
+        """Write the trace model (Parquet) and the analysis JSON, then mark the entry ``ready`` with its
+        headline numbers, all or nothing."""
+        folder = self._folder(trace_id)
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=folder))
+        try:
+            table = pa.table({n: _arrow(v) for n, v in model.events.columns().items()})
+            pq.write_table(table, tmp / "events.parquet", compression="lz4", use_dictionary=False)
+            (tmp / "model.json").write_text(json.dumps(_meta_of(model)))
+            (tmp / "analysis.json").write_text(json.dumps(analysis, allow_nan=False))
+            sums = {f: _sha256(tmp / f) for f in ("events.parquet", "model.json", "analysis.json")}
+            result = f"result-{uuid.uuid4().hex[:8]}"
+            tmp.rename(folder / result)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        s = analysis.get("summary") or {}
+        with self._db() as db:
+            old = db.execute("select result from traces where id = ?", (trace_id,)).fetchone()
+            db.execute(
+                "update traces set status = ?, progress = '', error = '', result = ?, checksums = ?,"
+                " summary = ?, utilization = ?, bottleneck = ?, avoidable_syncs = ?, est_saving_us = ?,"
+                " wall_us = ? where id = ?",
+                (
+                    Status.READY.value,
+                    result,
+                    json.dumps(sums),
+                    json.dumps(s),
+                    s.get("device_utilization"),
+                    s.get("bottleneck"),
+                    s.get("avoidable_sync_count"),
+                    s.get("est_saving_us"),
+                    s.get("wall_us"),
+                    trace_id,
+                ),
+            )
+        if old and old[0] and old[0] != result:
+            shutil.rmtree(folder / old[0], ignore_errors=True)
+        return self.get(trace_id)
+
+    def delete(self, trace_id: str) -> None:
+        """Remove the entry and its files. The catalog row goes first, so a reader never sees a row
+        whose files are being removed."""
+        with self._db() as db:
+            gone = db.execute("delete from traces where id = ?", (check_id(trace_id),)).rowcount
+        if not gone:
+            raise UnknownTrace(trace_id)
+        with self._lock:
+            self._models.pop(trace_id, None)
+        shutil.rmtree(self.root / "traces" / trace_id, ignore_errors=True)
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def get(self, trace_id: str) -> Entry:
+        with self._db() as db:
+            row = db.execute(f"select {_COLUMNS} from traces where id = ?", (check_id(trace_id),)).fetchone()
+        if row is None:
+            raise UnknownTrace(trace_id)
+        return _entry(row)
+
+    def entries(self) -> list[Entry]:
+        """Every entry, newest first."""
+        with self._db() as db:
+            rows = db.execute(f"select {_COLUMNS} from traces order by uploaded_at desc").fetchall()
+        return [_entry(r) for r in rows]
+
+    def unfinished(self) -> list[str]:
+        """Ids of entries still waiting for (or interrupted during) analysis, oldest first."""
+        with self._db() as db:
+            rows = db.execute(
+                "select id from traces where status in (?, ?) order by uploaded_at",
+                (Status.PENDING.value, Status.ANALYSING.value),
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    def input_path(self, trace_id: str) -> Path:
+        """What the loader reads for this entry (a file or a folder inside the entry's folder)."""
+        with self._db() as db:
+            row = db.execute("select input from traces where id = ?", (check_id(trace_id),)).fetchone()
+        if row is None:
+            raise UnknownTrace(trace_id)
+        path = self._folder(trace_id) / str(row[0])
+        if not path.exists():
+            self._mark_corrupt(trace_id, "the uploaded file is missing")
+        return path
+
+    def analysis(self, trace_id: str) -> dict[str, Any]:
+        """The analysis JSON (schema ``stallscope.analysis/1``) of a ready entry."""
+        folder = self._result(trace_id, ("analysis.json",))
+        doc: dict[str, Any] = json.loads((folder / "analysis.json").read_text())
+        return doc
+
+    def model(self, trace_id: str) -> TraceModel:
+        """The entry's trace model, memory-mapped from its Parquet table; the last few stay decoded."""
+        with self._lock:
+            if trace_id in self._models:
+                self._models.move_to_end(trace_id)
+                return self._models[trace_id]
+        folder = self._result(trace_id, ("events.parquet", "model.json"))
+        try:
+            meta = json.loads((folder / "model.json").read_text())
+            table = pq.ParquetFile(folder / "events.parquet", memory_map=True).read()
+            model = _model_from(meta, table, self.get(trace_id).name)
+        except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
+            self._mark_corrupt(trace_id, "the stored trace model cannot be read")
+        with self._lock:
+            self._models[trace_id] = model
+            while len(self._models) > _MODELS_KEPT:
+                self._models.popitem(last=False)
+        return model
+
+    def _folder(self, trace_id: str) -> Path:
+        return self.root / "traces" / check_id(trace_id)
+
+    def _result(self, trace_id: str, files: tuple[str, ...]) -> Path:
+        """The folder of a ready entry's result after checking ``files`` against their checksums."""
+        with self._db() as db:
+            row = db.execute(
+                "select status, error, result, checksums from traces where id = ?", (check_id(trace_id),)
+            ).fetchone()
+        if row is None:
+            raise UnknownTrace(trace_id)
+        status, error, result, checksums = row
+        if status == Status.ERROR.value:
+            raise NotReady(f"trace {trace_id} could not be analysed: {error}")
+        if status == Status.CORRUPT.value:
+            raise CorruptEntry(f"trace {trace_id} is corrupt: {error}")
+        if status != Status.READY.value:
+            raise NotReady(f"trace {trace_id} is not analysed yet ({status})")
+        folder = self._folder(trace_id) / str(result)
+        sums = json.loads(checksums)
+        for name in files:
+            digest = sums.get(name)
+            try:
+                ok = _sha256(folder / name) == digest
+            except OSError:
+                ok = False
+            if not ok:
+                self._mark_corrupt(trace_id, f"{name} is missing or does not match its checksum")
+        return folder
+
+    def _mark_corrupt(self, trace_id: str, why: str) -> NoReturn:
+        with self._db() as db:
+            db.execute(
+                "update traces set status = ?, error = ? where id = ?", (Status.CORRUPT.value, why, trace_id)
+            )
+        with self._lock:
+            self._models.pop(trace_id, None)
+        raise CorruptEntry(f"trace {trace_id} is corrupt: {why}")
+
+
+def _entry(row: tuple[Any, ...]) -> Entry:
+    trace_id, name, at, size, tags, status, progress, error, summary = row
+    return Entry(
+        trace_id,
+        name,
+        float(at),
+        int(size),
+        Status(status),
+        progress,
+        error,
+        tuple(json.loads(tags)),
+        json.loads(summary) if summary else None,
+    )
+
+
+def _copy_limited(data: IO[bytes], target: Path, max_bytes: int) -> int:
+    size = 0
+    with target.open("xb") as out:
+        while chunk := data.read(1 << 20):
+            size += len(chunk)
+            if size > max_bytes:
+                raise TooLarge(f"upload is larger than the limit of {max_bytes // (1 << 20)} MB")
+            out.write(chunk)
+    return size
+
+
+def _display_name(name: str) -> str:
+    """The last component of the uploaded name, without control characters; text for display only."""
+    base = re.split(r"[/\\]", name or "")[-1]
+    base = "".join(ch for ch in base if ch.isprintable())[:200]
+    return base or "trace"
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()

@@ -1,0 +1,213 @@
+"""The dashboard's trace store: uploads stored atomically, analysed into Parquet + JSON, served only when
+intact, safe with two writers at once, and unchanged across a restart."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tarfile
+import threading
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from analyzer.analysis import analyze
+from analyzer.loader import load
+from analyzer.output import to_json
+from dashboard.store import CorruptEntry, NotReady, Status, Store, TooLarge, UnknownTrace, check_id
+from dashboard.unpack import BadUpload
+from dashboard.worker import analyse_entry
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
+ITEM = SAMPLES / "item_in_loop.pt.trace.json.gz"
+MB = 1 << 20
+
+
+def stored(store: Store, path: Path = ITEM, name: str | None = None) -> str:
+    """GIVEN a file uploaded and analysed in this process -> its id."""
+    entry = store.add(name or path.name, io.BytesIO(path.read_bytes()), 64 * MB)
+    assert analyse_entry(str(store.root), entry.id) == "ready", store.get(entry.id).error
+    return entry.id
+
+
+def test_upload_is_analysed_into_the_same_json_as_the_cli(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    trace_id = stored(store)
+    entry = store.get(trace_id)
+    direct = to_json(analyze(load(ITEM, use_cache=False)))
+    doc = store.analysis(trace_id)
+    assert entry.status is Status.READY and entry.name == ITEM.name
+    assert entry.size_bytes == ITEM.stat().st_size
+    assert doc["summary"] == direct["summary"] and entry.summary == direct["summary"]
+    assert doc["syncs"] == direct["syncs"] and doc["findings"] == direct["findings"]
+    assert doc["source"]["path"] == ITEM.name  # the server's folders are never shown
+    model = store.model(trace_id)
+    assert model.event_count == direct["source"]["events"]
+    assert store.model(trace_id) is model  # decoded once, then served from memory
+
+
+def test_upload_over_the_limit_leaves_nothing_behind(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    with pytest.raises(TooLarge, match="limit of 1 MB"):
+        store.add("big.json", io.BytesIO(b"[" + b" " * (MB + 10) + b"]"), MB)
+    assert store.entries() == []
+    assert list((store.root / "tmp").iterdir()) == [] and list((store.root / "traces").iterdir()) == []
+
+
+def test_a_bad_trace_is_stored_with_a_one_line_error_naming_the_upload(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    entry = store.add("broken.json", io.BytesIO(b'{"traceEvents": [1, 2'), MB)
+    assert analyse_entry(str(store.root), entry.id) == "error"
+    after = store.get(entry.id)
+    assert after.error.startswith("broken.json: ") and "\n" not in after.error
+    assert str(store.root) not in after.error
+    with pytest.raises(NotReady, match="could not be analysed"):
+        store.analysis(entry.id)
+
+
+def test_two_threads_uploading_at_once_both_land_intact(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    a, b = SAMPLES / "item_in_loop.pt.trace.json.gz", SAMPLES / "input_bound.pt.trace.json.gz"
+    ids: dict[str, str] = {}
+    barrier = threading.Barrier(2)
+
+    def upload(path: Path) -> None:
+        barrier.wait()
+        ids[path.name] = stored(Store(tmp_path / "store"), path)
+
+    threads = [threading.Thread(target=upload, args=(p,)) for p in (a, b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert {e.name for e in store.entries()} == {a.name, b.name}
+    for path in (a, b):
+        expected = to_json(analyze(load(path, use_cache=False)))["summary"]
+        assert store.analysis(ids[path.name])["summary"] == expected
+
+
+def test_the_store_survives_a_restart_and_resumes_unfinished_entries(tmp_path: Path) -> None:
+    first = Store(tmp_path / "store")
+    done = stored(first)
+    waiting = first.add("later.json.gz", io.BytesIO(ITEM.read_bytes()), 64 * MB).id
+    first.set_progress(waiting, "analysing")  # the server stopped mid-analysis
+    second = Store(tmp_path / "store")
+    assert [e.id for e in second.entries()] == [waiting, done]
+    assert second.analysis(done) == first.analysis(done)
+    assert second.unfinished() == [waiting]
+    assert analyse_entry(str(second.root), waiting) == "ready"
+    assert second.unfinished() == []
+
+
+def test_a_changed_analysis_file_is_reported_not_served(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    trace_id = stored(store)
+    (result,) = (tmp_path / "store" / "traces" / trace_id).glob("result-*")
+    doc = json.loads((result / "analysis.json").read_text())
+    doc["summary"]["wall_us"] = 1.0
+    (result / "analysis.json").write_text(json.dumps(doc))
+    with pytest.raises(CorruptEntry, match=r"analysis.json is missing or does not match"):
+        store.analysis(trace_id)
+    assert store.get(trace_id).status is Status.CORRUPT
+    with pytest.raises(CorruptEntry):  # stays reported, also after a restart
+        Store(tmp_path / "store").analysis(trace_id)
+
+
+def test_a_missing_parquet_table_is_reported_not_served(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    trace_id = stored(store)
+    (result,) = (tmp_path / "store" / "traces" / trace_id).glob("result-*")
+    (result / "events.parquet").unlink()
+    with pytest.raises(CorruptEntry, match=r"events\.parquet"):
+        store.model(trace_id)
+
+
+def test_half_written_folders_are_never_listed_and_are_cleaned_up(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    orphan = store.root / "traces" / ("a" * 32)  # renamed into place, then the process died
+    orphan.mkdir()
+    staging = store.root / "tmp" / "x-half"
+    staging.mkdir()
+    assert Store(store.root).entries() == []
+    for p in (orphan, staging):
+        os.utime(p, (0, 0))
+    Store(store.root)
+    assert not orphan.exists() and not staging.exists()
+
+
+@pytest.mark.parametrize("bad", ["../x", "A" * 32, "a" * 31, "a" * 32 + "/..", "", "0" * 32 + "\n"])
+def test_ids_are_checked_before_any_file_is_touched(tmp_path: Path, bad: str) -> None:
+    store = Store(tmp_path / "store")
+    with pytest.raises(UnknownTrace):
+        check_id(bad)
+    with pytest.raises(UnknownTrace):
+        store.analysis(bad)
+    with pytest.raises(UnknownTrace):
+        store.delete(bad)
+
+
+def test_delete_removes_row_and_files(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    trace_id = stored(store)
+    store.delete(trace_id)
+    assert store.entries() == [] and not (store.root / "traces" / trace_id).exists()
+    with pytest.raises(UnknownTrace):
+        store.get(trace_id)
+
+
+def test_upload_names_are_text_never_paths(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    entry = store.add("../../etc/x.json", io.BytesIO(ITEM.read_bytes()), 64 * MB)
+    assert entry.name == "x.json"
+    assert not (tmp_path / "etc").exists()
+    files = [p.name for p in (store.root / "traces" / entry.id / "input").iterdir()]
+    assert files == ["trace.json.gz"]  # chosen from the bytes (gzip), not from the name
+
+
+def _tar_bundle(path: Path, members: dict[str, bytes], symlink: str | None = None) -> Path:
+    with tarfile.open(path, "w:gz") as tf:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+        if symlink:
+            link = tarfile.TarInfo(symlink)
+            link.type = tarfile.SYMTYPE
+            link.linkname = "/etc/passwd"
+            tf.addfile(link)
+    return path
+
+
+def test_a_tarred_bundle_folder_is_unpacked_and_analysed(tmp_path: Path) -> None:
+    bundle = _tar_bundle(tmp_path / "run.tgz", {"run/rank-0.pt.trace.json.gz": ITEM.read_bytes()})
+    store = Store(tmp_path / "store")
+    trace_id = stored(store, bundle)
+    assert store.analysis(trace_id)["summary"] == to_json(analyze(load(ITEM, use_cache=False)))["summary"]
+
+
+@pytest.mark.parametrize("member", ["../evil.json", "/abs.json", "a/../../evil.json"])
+def test_bundles_with_unsafe_paths_are_refused(tmp_path: Path, member: str) -> None:
+    zpath = tmp_path / "b.zip"
+    with zipfile.ZipFile(zpath, "w") as zf:
+        zf.writestr(member, ITEM.read_bytes())
+    store = Store(tmp_path / "store")
+    with pytest.raises(BadUpload, match="unsafe path"):
+        store.add("b.zip", io.BytesIO(zpath.read_bytes()), 64 * MB)
+    assert not (tmp_path / "evil.json").exists()
+    assert store.entries() == [] and list((store.root / "tmp").iterdir()) == []
+
+
+def test_bundles_with_links_or_too_many_bytes_are_refused(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    linked = _tar_bundle(tmp_path / "l.tgz", {"t.json": b"[]"}, symlink="sidecar.json")
+    with pytest.raises(BadUpload, match="not a regular file"):
+        store.add("l.tgz", io.BytesIO(linked.read_bytes()), 64 * MB)
+    bomb = tmp_path / "bomb.zip"
+    with zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("t.json", b" " * (3 * MB))
+    assert bomb.stat().st_size < MB
+    with pytest.raises(BadUpload, match="unpacks to more than"):
+        store.add("bomb.zip", io.BytesIO(bomb.read_bytes()), MB)
+    assert store.entries() == []
