@@ -1,0 +1,477 @@
+"""Timeline of a time range: host threads and device streams as rows, the critical path, idle gaps by
+cause and syncs, with level-of-detail merging so that a row never holds more items than a screen shows.
+
+``extract`` is a pure function of the trace model, its ``Analysis`` and a range; the HTML report calls it
+for a step, and the dashboard calls it again on every zoom (server-side windowing). ``figure`` draws a
+``TimelineSlice`` with plotly. Nothing here re-derives analysis: the critical path, the gaps and their
+causes, the syncs and which calls blocked all come from the ``Analysis``; the model only supplies the
+events to draw.
+
+Level of detail: a row with at most ``max_items_per_lane`` events is drawn as it is. Past that, the range
+is cut into ``max_items_per_lane`` bins. An event at least one bin long is kept
+as it is; shorter events of the same colour that start in the same bin become one merged item (its
+extent, its count, the name of its longest event). A row therefore holds at most about twice
+``max_items_per_lane`` items per colour, however many events the range has.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from enum import Enum
+
+import numpy as np
+import numpy.typing as npt
+import plotly.graph_objects as go
+
+from analyzer.analysis import Analysis
+from analyzer.critical import Kind
+from analyzer.graph import Blocking
+from analyzer.model import F64, I64, LaneKind, Mask, TraceModel
+from analyzer.names import EventKind
+from analyzer.sites import call_site
+from dashboard import palette
+
+DEFAULT_MAX_ITEMS = 800  # per row: about one item per two pixels of a laptop-width plot
+_MAX_ANCESTORS = 512  # the same bound the call-site walk uses
+
+
+class RowKind(str, Enum):
+    CRITICAL = "critical"  # the critical path, coloured by segment kind
+    OPS = "ops"  # a host thread's outermost operators and annotations
+    API = "api"  # a host thread's CUDA/HIP runtime and driver calls
+    STREAM = "stream"  # a device stream's kernels, copies and memsets
+    GAPS = "gaps"  # a device's idle gaps, coloured by cause
+
+
+@dataclass(frozen=True)
+class Items:
+    """The drawable items of one row, in start order. ``count`` is 1 for a single event; a merged item
+    carries the number of events it stands for and the name and call site of its longest one."""
+
+    start_us: F64
+    end_us: F64
+    count: I64
+    color: tuple[str, ...]  # palette key: an event kind, a gap cause or a critical-path kind
+    name: tuple[str, ...]  # raw trace text: escape before display
+    site: tuple[str, ...]  # "file:line in function", or ""
+
+    def __len__(self) -> int:
+        return len(self.start_us)
+
+
+@dataclass(frozen=True)
+class Row:
+    key: str  # unique within a slice, stable across slices of one trace ("ops:3", "gaps:0")
+    label: str  # raw trace text (thread names): escape before display
+    kind: RowKind
+    lane: int  # model lane, or the device id for GAPS, -1 for CRITICAL
+    events: int  # events of the range before merging
+    items: Items
+
+
+@dataclass(frozen=True)
+class SyncMark:
+    row: str  # key of the API row of the thread that blocked
+    start_us: float
+    wait_us: float
+    bubble_us: float
+    kind: str
+    api: str
+    site: str
+    avoidable: bool
+
+
+@dataclass(frozen=True)
+class TimelineSlice:
+    start_us: float
+    end_us: float
+    rows: tuple[Row, ...]
+    syncs: tuple[SyncMark, ...]
+    steps: tuple[tuple[str, float, float], ...]  # (name, start, end) of the steps overlapping the range
+    merged: bool  # whether any row was merged or sampled (the figure says so)
+
+    @property
+    def items(self) -> int:
+        return sum(len(r.items) for r in self.rows)
+
+
+def extract(
+    model: TraceModel,
+    analysis: Analysis,
+    start_us: float,
+    end_us: float,
+    max_items_per_lane: int = DEFAULT_MAX_ITEMS,
+) -> TimelineSlice:
+    """Everything the timeline draws between ``start_us`` and ``end_us``: a critical-path row, per host
+    thread an operator row and an API row, per device its streams and a gaps row, and the syncs. Rows
+    without events in the range are left out. ``max_items_per_lane`` bounds the merging bins."""
+    if not end_us > start_us:
+        raise ValueError(f"empty range {start_us}..{end_us}")
+    bins = max(int(max_items_per_lane), 1)
+    ev = model.events
+    overlap = (ev.ts < end_us) & (ev.end > start_us)
+    blocking = _blocking_events(analysis, len(ev))
+    rows: list[Row] = []
+    crit = _critical_row(model, analysis, start_us, end_us, bins)
+    if crit is not None:
+        rows.append(crit)
+    outer = _outermost_ops(model, overlap)
+    api_mask = overlap & ev.is_kind(EventKind.RUNTIME, EventKind.DRIVER)
+    act_mask = overlap & ev.activity_mask()
+    for lane in model.lanes:
+        if lane.kind == LaneKind.HOST:
+            on = ev.lane == lane.id
+            for kind, mask in ((RowKind.OPS, outer & on), (RowKind.API, api_mask & on)):
+                row = _event_row(model, kind, lane.id, lane.label, mask, blocking, start_us, end_us, bins)
+                if row is not None:
+                    rows.append(row)
+    for device in model.devices:
+        for lane in model.lanes:
+            if lane.kind == LaneKind.STREAM and lane.device == device.id:
+                mask = act_mask & (ev.lane == lane.id)
+                row = _event_row(
+                    model, RowKind.STREAM, lane.id, lane.label, mask, blocking, start_us, end_us, bins
+                )
+                if row is not None:
+                    rows.append(row)
+        gaps = _gap_row(analysis, device.id, start_us, end_us, bins)
+        if gaps is not None:
+            rows.append(gaps)
+    api_rows = {r.lane for r in rows if r.kind == RowKind.API}
+    syncs = tuple(
+        SyncMark(
+            f"api:{s.thread}" if s.thread in api_rows else f"ops:{s.thread}",
+            s.start_us,
+            s.wait_us,
+            s.bubble_us,
+            s.kind.value,
+            s.api,
+            str(s.call_site) if s.call_site else "",
+            s.avoidable,
+        )
+        for s in analysis.syncs
+        if start_us <= s.start_us < end_us
+    )
+    if len(syncs) > bins:  # keep the longest waits
+        syncs = tuple(sorted(sorted(syncs, key=lambda m: -m.wait_us)[:bins], key=lambda m: m.start_us))
+    steps = tuple(
+        (st.name, st.start_us, st.end_us)
+        for st in model.steps
+        if st.start_us < end_us and st.end_us > start_us
+    )
+    merged = any(r.events > len(r.items) for r in rows)
+    return TimelineSlice(start_us, end_us, tuple(rows), syncs, steps, merged)
+
+
+def _blocking_events(analysis: Analysis, n: int) -> Mask:
+    """Events of the runtime calls the analysis found blocking (drawn in the sync colour)."""
+    out = np.zeros(n, dtype=np.bool_)
+    g = analysis.graph
+    if g is not None and len(g.call_event):
+        out[g.call_event[g.call_blocking != Blocking.NO]] = True
+    return out
+
+
+def _outermost_ops(model: TraceModel, overlap: Mask) -> Mask:
+    """Operators and annotations (steps excluded) with no operator or annotation above them on their
+    thread: they never overlap one another, so a thread's operator row is one level deep."""
+    ev = model.events
+    ops = overlap & ev.is_kind(EventKind.CPU_OP, EventKind.ANNOTATION)
+    steps = np.array([s.event for s in model.steps], dtype=np.int64)
+    is_step = np.zeros(len(ev), dtype=np.bool_)
+    if len(steps):
+        is_step[steps] = True
+    ops &= ~is_step
+    idx = np.flatnonzero(ops)
+    anc = ev.parent[idx]
+    covered = np.zeros(len(idx), dtype=np.bool_)
+    for _ in range(_MAX_ANCESTORS):
+        live = anc >= 0
+        if not live.any():
+            break
+        hit = np.zeros(len(idx), dtype=np.bool_)
+        hit[live] = (
+            np.isin(ev.kind[anc[live]], (EventKind.CPU_OP, EventKind.ANNOTATION)) & ~is_step[anc[live]]
+        )
+        covered |= hit
+        anc = np.where(live & ~hit, ev.parent[np.maximum(anc, 0)], -1)
+    out = np.zeros(len(ev), dtype=np.bool_)
+    out[idx[~covered]] = True
+    return out
+
+
+def _event_row(
+    model: TraceModel,
+    kind: RowKind,
+    lane: int,
+    label: str,
+    mask: Mask,
+    blocking: Mask,
+    start_us: float,
+    end_us: float,
+    bins: int,
+) -> Row | None:
+    idx = np.flatnonzero(mask)
+    if not len(idx):
+        return None
+    ev = model.events
+    keys = _event_keys(ev.kind[idx], blocking[idx], kind)
+    s = np.maximum(ev.ts[idx], start_us)
+    e = np.minimum(ev.end[idx], end_us)
+    groups = lod(s, e, keys, start_us, end_us, bins)
+    names, sites, colors = [], [], []
+    for rep, n in zip(groups.rep.tolist(), groups.count.tolist(), strict=True):
+        event = int(idx[rep])
+        colors.append(keys[rep])
+        name = model.name_of(event)
+        names.append(name if n == 1 else f"{n} × {_plural(keys[rep])}, longest: {name}")
+        at = event if kind != RowKind.STREAM else int(ev.launch[event])
+        site = call_site(model, at) if at >= 0 else None
+        sites.append(str(site) if site else "")
+    items = Items(groups.start, groups.end, groups.count, tuple(colors), tuple(names), tuple(sites))
+    return Row(f"{kind.value}:{lane}", label, kind, lane, len(idx), items)
+
+
+def _event_keys(kinds: npt.NDArray[np.int8], blocking: Mask, row: RowKind) -> list[str]:
+    names = {int(k): EventKind(int(k)).name.lower() for k in np.unique(kinds)}
+    if row == RowKind.API:
+        return ["sync_call" if b else "launch_call" for b in blocking.tolist()]
+    return [names[int(k)] for k in kinds.tolist()]
+
+
+def _plural(key: str) -> str:
+    return {
+        "kernel": "kernels",
+        "memcpy": "copies",
+        "memset": "memsets",
+        "cpu_op": "ops",
+        "annotation": "annotations",
+        "launch_call": "API calls",
+        "sync_call": "blocking calls",
+    }.get(key, f"{key} items")
+
+
+def _critical_row(
+    model: TraceModel, analysis: Analysis, start_us: float, end_us: float, bins: int
+) -> Row | None:
+    """The critical path's segments in the range, clipped, coloured by kind (``Kind`` values)."""
+    cp = analysis.critical
+    if cp is None:
+        return None
+    inside = np.flatnonzero((cp.start_us < end_us) & (cp.end_us > start_us))
+    if not len(inside):
+        return None
+    kinds = tuple(Kind)
+    keys = [kinds[k].value for k in cp.kind[inside].tolist()]
+    s = np.maximum(cp.start_us[inside], start_us)
+    e = np.minimum(cp.end_us[inside], end_us)
+    groups = lod(s, e, keys, start_us, end_us, bins)
+    names, sites, colors = [], [], []
+    for rep, n in zip(groups.rep.tolist(), groups.count.tolist(), strict=True):
+        seg = int(inside[rep])
+        event = int(cp.event[seg])
+        lane = model.lanes[int(cp.lane[seg])].label
+        what = model.name_of(event) if event >= 0 else "host work between calls"
+        name = f"{keys[rep]} on {lane}: {what}"
+        names.append(name if n == 1 else f"{n} segments, longest: {name}")
+        colors.append(keys[rep])
+        site = call_site(model, event) if event >= 0 else None
+        sites.append(str(site) if site else "")
+    items = Items(groups.start, groups.end, groups.count, tuple(colors), tuple(names), tuple(sites))
+    return Row("critical", "critical path", RowKind.CRITICAL, -1, len(inside), items)
+
+
+def _gap_row(analysis: Analysis, device: int, start_us: float, end_us: float, bins: int) -> Row | None:
+    """A device's idle gaps (>= ``min_gap_us``) in the range, coloured by cause."""
+    gaps = [g for g in analysis.gaps if g.device == device and g.start_us < end_us and g.end_us > start_us]
+    if not gaps:
+        return None
+    keys = [g.cause.value for g in gaps]
+    s = np.maximum(np.array([g.start_us for g in gaps]), start_us)
+    e = np.minimum(np.array([g.end_us for g in gaps]), end_us)
+    groups = lod(s, e, keys, start_us, end_us, bins)
+    names, sites, colors = [], [], []
+    for rep, n in zip(groups.rep.tolist(), groups.count.tolist(), strict=True):
+        g = gaps[rep]
+        name = f"idle ({g.cause.value}): {g.detail}" if g.detail else f"idle ({g.cause.value})"
+        names.append(name if n == 1 else f"{n} gaps, longest: {name}")
+        colors.append(keys[rep])
+        sites.append(str(g.call_site) if g.call_site else "")
+    items = Items(groups.start, groups.end, groups.count, tuple(colors), tuple(names), tuple(sites))
+    return Row(f"gaps:{device}", f"GPU {device} idle", RowKind.GAPS, device, len(gaps), items)
+
+
+@dataclass(frozen=True)
+class Groups:
+    """Result of ``lod``: one entry per drawn item; ``rep`` indexes the longest input of each item."""
+
+    start: F64
+    end: F64
+    count: I64
+    rep: I64
+
+
+def lod(start: F64, end: F64, keys: list[str], lo: float, hi: float, bins: int) -> Groups:
+    """Level-of-detail merge. Items at least one bin long stay single; shorter items sharing a bin and a
+    key merge into one spanning them. A row of at most ``bins`` items is not merged at all: every
+    event stays visible when zooming the static figure. Output is in start order."""
+    n = len(start)
+    if n <= bins:
+        order = np.argsort(start, kind="stable").astype(np.int64)
+        return Groups(start[order], end[order], np.ones(n, dtype=np.int64), order)
+    width = (hi - lo) / bins
+    dur = end - start
+    codes = {k: i for i, k in enumerate(sorted(set(keys)))}
+    key = np.array([codes[k] for k in keys], dtype=np.int64)
+    bucket = np.clip(((start - lo) // width).astype(np.int64), 0, bins - 1)
+    long = dur >= width
+    # a long item gets a group of its own; short ones share (bucket, key)
+    group = np.where(long, -1 - np.arange(n), bucket * len(codes) + key)
+    order = np.lexsort((-dur, group))
+    g = group[order]
+    first = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    s = np.minimum.reduceat(start[order], first)
+    e = np.maximum.reduceat(end[order], first)
+    count = np.diff(np.r_[first, n]).astype(np.int64)
+    rep = order[first].astype(np.int64)
+    by_start = np.argsort(s, kind="stable")
+    return Groups(s[by_start], e[by_start], count[by_start], rep[by_start])
+
+
+_ROW_PX = 26
+_LEGEND = {
+    **{k: f"critical: {k}" for k in palette.KINDS},
+    **{c: f"idle: {c}" for c in palette.CAUSES},
+    "kernel": "kernel",
+    "memcpy": "copy",
+    "memset": "memset",
+    "cpu_op": "host op",
+    "annotation": "annotation",
+    "launch_call": "runtime call",
+    "sync_call": "blocking call",
+}
+
+
+def _colour(row: RowKind, key: str) -> tuple[str, str]:
+    """(legend group, colour) of an item: critical and gap rows use the shared kind/cause colours."""
+    if row == RowKind.CRITICAL:
+        return f"critical: {key}", palette.kind_color(key)
+    if row == RowKind.GAPS:
+        return f"idle: {key}", palette.cause_color(key)
+    return _LEGEND.get(key, key), palette.event_color(key)
+
+
+def _hover(name: str, start: float, end: float, origin: float, site: str) -> str:
+    """Hover text; every trace string is HTML-escaped because plotly renders a subset of HTML in labels."""
+    text = f"<b>{html.escape(name)}</b><br>{_fmt_us(end - start)} at {(start - origin) / 1000:.3f} ms"
+    return text + (f"<br>{html.escape(site)}" if site else "")
+
+
+def _fmt_us(us: float) -> str:
+    return f"{us / 1000:.2f} ms" if us >= 1000 else f"{us:.1f} µs"
+
+
+def figure(sl: TimelineSlice, title: str = "") -> go.Figure:
+    """Plotly figure of a slice: one horizontal bar trace per colour, rows top to bottom as extracted,
+    x in milliseconds from the slice start, syncs as markers, steps as dotted boundaries."""
+    origin = sl.start_us
+    ypos = {r.key: i for i, r in enumerate(sl.rows)}
+    traces: dict[str, dict[str, list[object]]] = {}
+    colours: dict[str, str] = {}
+    for r in sl.rows:
+        it = r.items
+        for s, e, key, name, site in zip(
+            it.start_us.tolist(), it.end_us.tolist(), it.color, it.name, it.site, strict=True
+        ):
+            group, colour = _colour(r.kind, key)
+            colours[group] = colour
+            t = traces.setdefault(group, {"x": [], "base": [], "y": [], "text": []})
+            t["x"].append(max(e - s, 0.0) / 1000)
+            t["base"].append((s - origin) / 1000)
+            t["y"].append(ypos[r.key])
+            t["text"].append(_hover(name, s, e, origin, site))
+    fig = go.Figure()
+    for group, t in traces.items():
+        fig.add_trace(
+            go.Bar(
+                name=group,
+                orientation="h",
+                x=t["x"],
+                base=t["base"],
+                y=t["y"],
+                width=0.78,
+                marker={"color": colours[group], "line": {"width": 0}},
+                hovertext=t["text"],
+                hovertemplate="%{hovertext}<extra></extra>",
+            )
+        )
+    _add_syncs(fig, sl, ypos, origin)
+    _layout(fig, sl, title)
+    return fig
+
+
+def _add_syncs(fig: go.Figure, sl: TimelineSlice, ypos: dict[str, int], origin: float) -> None:
+    marks = [m for m in sl.syncs if m.row in ypos]
+    if not marks:
+        return
+    text = []
+    for m in marks:
+        verdict = "avoidable" if m.avoidable else "needed"
+        line = f"<b>sync ({html.escape(m.kind)}, {verdict})</b><br>{html.escape(m.api)}"
+        line += f"<br>wait {_fmt_us(m.wait_us)}, device idle charged {_fmt_us(m.bubble_us)}"
+        text.append(line + (f"<br>{html.escape(m.site)}" if m.site else ""))
+    fig.add_trace(
+        go.Scatter(
+            name="sync",
+            mode="markers",
+            x=[(m.start_us - origin) / 1000 for m in marks],
+            y=[ypos[m.row] - 0.42 for m in marks],
+            marker={
+                "symbol": "triangle-down",
+                "size": 11,
+                "color": [palette.SYNC if m.avoidable else palette.BACKGROUND for m in marks],
+                "line": {"color": palette.SYNC, "width": 1.5},
+            },
+            hovertext=text,
+            hovertemplate="%{hovertext}<extra></extra>",
+        )
+    )
+
+
+def _layout(fig: go.Figure, sl: TimelineSlice, title: str) -> None:
+    n = len(sl.rows)
+    origin = sl.start_us
+    for _name, s, _e in sl.steps:
+        if s > origin:
+            fig.add_vline(x=(s - origin) / 1000, line={"color": palette.MUTED, "width": 1, "dash": "dot"})
+    ticks = [html.escape(r.label if r.kind != RowKind.API else f"{r.label} · CUDA API") for r in sl.rows]
+    if sl.merged:
+        title += " (short events merged at this zoom)"
+    fig.update_layout(
+        title={"text": html.escape(title), "font": {"size": 14}, "x": 0, "xanchor": "left"},
+        barmode="overlay",
+        height=max(160, 70 + _ROW_PX * n + 60),
+        margin={"l": 10, "r": 10, "t": 36, "b": 40},
+        font={"family": palette.FONT_FAMILY, "size": 12, "color": palette.TEXT},
+        plot_bgcolor=palette.BACKGROUND,
+        paper_bgcolor=palette.BACKGROUND,
+        hoverlabel={"font": {"family": palette.MONO_FAMILY, "size": 11}, "align": "left"},
+        legend={"orientation": "h", "y": -0.02, "yanchor": "top", "x": 0, "font": {"size": 11}},
+        dragmode="zoom",
+        xaxis={
+            "title": {"text": "ms from the start of the range", "font": {"size": 11}},
+            "range": [0, (sl.end_us - origin) / 1000],
+            "gridcolor": palette.GRID,
+            "zeroline": False,
+            "side": "top",
+        },
+        yaxis={
+            "tickvals": list(range(n)),
+            "ticktext": ticks,
+            "range": [n - 0.5, -0.5],
+            "fixedrange": True,
+            "automargin": True,
+            "gridcolor": palette.GRID,
+        },
+    )
