@@ -19,6 +19,7 @@ torch is imported only when a session starts: ``active()`` and ``step()`` are fr
 from __future__ import annotations
 
 import contextlib
+import functools
 import signal
 import threading
 import time
@@ -125,6 +126,10 @@ class Session:
         self._old_alarm: Any = None
         self._in_step = False
         self._alarm_fired = False
+        self._window_done = False  # the scheduled window was exported; stop the profiler at the next step
+        self._pending = False  # an optimizer step was counted; its profiler transition is still to do
+        self._optimizer_depth = 0  # inside a wrapped optimizer step (and so inside its record_function)
+        self._wrapped: dict[type, tuple[Any, Any]] = {}
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -173,6 +178,7 @@ class Session:
             self._disarm_alarm()
             if self._hook is not None:
                 self._hook.remove()
+            self._unwrap_steps()
             try:
                 self._stop_profiler()
             finally:
@@ -193,27 +199,72 @@ class Session:
     # -- steps -----------------------------------------------------------------------------------
 
     def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if self._explicit:
+        """The global post hook. It runs *inside* the optimizer's ``Optimizer.step#...`` record_function:
+        starting or stopping a profiler while a record_function is open can crash torch later (its end is
+        seen by a profiler that did not see its start). So the step is counted here, and the profiler's
+        transition waits until the optimizer's ``step`` has returned (see ``_wrap_step``)."""
+        if self._explicit or self._stopped:
             return
         if self._optimizer_id is None:
             self._optimizer_id = id(optimizer)
-        if id(optimizer) == self._optimizer_id:  # a GAN's second optimizer is the same step
-            self._step()
+        if id(optimizer) != self._optimizer_id:  # a GAN's second optimizer is the same step
+            return
+        self._wrap_step(type(optimizer))
+        self._count_step()
+        self._pending = True
+
+    def _wrap_step(self, cls: type) -> None:
+        """Wrap the class's (already profiled) ``step`` so that pending transitions run after it returns.
+
+        The first optimizer step is already running when its hook installs this, so the first transition
+        happens at the end of the second step: the first two iterations are never in the window."""
+        inner = cls.__dict__.get("step")
+        if inner is None or cls in self._wrapped:
+            return
+        session = self
+
+        @functools.wraps(inner)
+        def step(*args: Any, **kwargs: Any) -> Any:
+            session._optimizer_depth += 1
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                session._optimizer_depth -= 1
+                if session._optimizer_depth == 0 and (session._pending or session._alarm_fired):
+                    session._pending = False
+                    session._transition()
+
+        step.hooked = True  # type: ignore[attr-defined]  # torch must not wrap it again
+        self._wrapped[cls] = (inner, step)
+        cls.step = step  # type: ignore[attr-defined]
+
+    def _unwrap_steps(self) -> None:
+        for cls, (inner, ours) in self._wrapped.items():
+            if cls.__dict__.get("step") is ours:
+                cls.step = inner  # type: ignore[attr-defined]
+        self._wrapped.clear()
 
     def _step(self) -> None:
         if self._stopped:
             return
+        self._count_step()
+        self._transition()
+
+    def _count_step(self) -> None:
         self._steps += 1
         if self._timer is not None:
             self._timer.step()
-        if self._prof is None:
+
+    def _transition(self) -> None:
+        """Advance the profiler's schedule by one step (never inside a record_function but its own)."""
+        if self._stopped or self._prof is None:
             return
         self._in_step = True
         try:
             self._advance()
         finally:
             self._in_step = False
-        if self._alarm_fired:
+        if self._alarm_fired or self._window_done:
             self._stop_profiler()
 
     def _advance(self) -> None:
@@ -283,8 +334,9 @@ class Session:
         self.trace_path.parent.mkdir(parents=True, exist_ok=True)
         prof.export_chrome_trace(str(self.trace_path))
         self._exported = True
-        _release(prof)  # the last action of the transition that called us
-        self._prof = None  # the window is over: later steps only feed the step timer
+        # Not released here: we are inside prof.step(), which goes on to open the next ProfilerStep
+        # annotation. The next step stops the profiler, which closes that annotation first.
+        self._window_done = True
 
     def _stop_profiler(self) -> None:
         prof, self._prof = self._prof, None
@@ -328,7 +380,9 @@ class Session:
 
     def _on_alarm(self, signum: int, frame: FrameType | None) -> None:
         self._alarm_fired = True
-        if not self._stopped and not self._in_step:  # never in the middle of the profiler's own code
+        # never in the middle of the profiler's own code, nor inside the optimizer's record_function
+        # (its wrapper stops the profiler when the step returns)
+        if not self._stopped and not self._in_step and not self._optimizer_depth:
             self._stop_profiler()
 
     def _disarm_alarm(self) -> None:
