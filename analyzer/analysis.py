@@ -21,6 +21,7 @@ from analyzer.model import F64, LoadReport, TraceModel, TraceSet
 from analyzer.names import EventKind
 from analyzer.pipeline import Pipeline, pipeline_model
 from analyzer.replay import Scenario, make_frame
+from analyzer.runtiming import RunTiming, run_timing
 from analyzer.sidecar import Sidecar
 from analyzer.syncs import Sync, find_syncs
 from analyzer.whatif import AvoidablePolicy, WhatIfReport, what_if
@@ -107,6 +108,7 @@ class Analysis:
     syncs: tuple[Sync, ...] = ()
     findings: tuple[Finding, ...] = ()
     sidecar: Sidecar | None = None  # the bundle's sidecar, when the trace came with one
+    run_timing: RunTiming | None = None  # every step of the run (sidecar), against the profiled ones
     options: Options = field(default_factory=Options)
     ranks: tuple[int, ...] = ()
     per_rank: dict[int, Summary] = field(default_factory=dict)
@@ -268,6 +270,7 @@ def analyze_model(
         pipeline=pipe,
         syncs=syncs,
         sidecar=sidecar,
+        run_timing=run_timing(sidecar.step_timing, [s.dur_us for s in steps]) if sidecar else None,
         options=opts,
         notes=notes,
     )

@@ -87,6 +87,21 @@ def to_json(a: Analysis) -> dict[str, Any]:
         "pipeline": asdict(a.pipeline) if a.pipeline else None,
         "idle_by_cause_us": {c.value: v for c, v in a.idle_by_cause.items()},
         "per_rank": [{"rank": r, "summary": _summary(s)} for r, s in sorted(a.per_rank.items())],
+        "run_steps": _run_steps(a),
+    }
+
+
+def _run_steps(a: Analysis) -> dict[str, Any] | None:
+    t = a.run_timing
+    if t is None:
+        return None
+    return {
+        "steps": t.steps,
+        "host_ms": asdict(t.host),
+        "device_ms": asdict(t.device) if t.device else None,
+        "profiled_median_ms": t.profiled_median_ms,
+        "profiled_ratio": t.profiled_ratio,
+        "typical": t.typical,
     }
 
 

@@ -39,6 +39,7 @@ def render(a: Analysis, top: int = 3) -> str:
         )
     lines.extend(_trace(a))
     lines.extend(_steps(a))
+    lines.extend(_run_steps(a))
     if len(a.per_rank) > 1:
         utils = ", ".join(f"{r}: {s.device_utilization:.0%}" for r, s in sorted(a.per_rank.items()))
         lines.append(f"  ranks     utilization by rank  {utils}")
@@ -152,6 +153,27 @@ def _trace(a: Analysis) -> list[str]:
             f"utilization {d.utilization:.1%} ({d.activities:,} kernels/copies)"
         )
     lines.append(f"  host sync {ms(a.summary.host_sync_wait_us)} blocked in synchronizing calls")
+    return lines
+
+
+def _run_steps(a: Analysis) -> list[str]:
+    """The whole run's step timing (collector bundles) and whether the profiled steps were typical."""
+    t = a.run_timing
+    if t is None:
+        return []
+    h = t.host
+    line = f"  run       {t.steps} steps timed: host median {h.median_ms:.2f} ms, p90 {h.p90_ms:.2f} ms"
+    if t.device is not None:
+        line += f"; device median {t.device.median_ms:.2f} ms"
+    lines = [line]
+    if t.profiled_median_ms is not None and t.profiled_ratio is not None:
+        verdict = (
+            "typical of the run"
+            if t.typical
+            else f"{abs(t.profiled_ratio - 1):.0%} {'slower' if t.profiled_ratio > 1 else 'faster'} "
+            "than the run's median: not the steady state, read the figures above with care"
+        )
+        lines.append(f"            profiled steps' median {t.profiled_median_ms:.2f} ms: {verdict}")
     return lines
 
 
