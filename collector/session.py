@@ -7,6 +7,11 @@ How the window is chosen (``ProfileOptions``):
   step that recording is dropped and a scheduled profiler takes over,
   ``schedule(skip_first=skip, wait=0, warmup=warmup, active=steps, repeat=1)``, counted from the end of
   the first iteration: the first (slowest) iteration is never in the window.
+- **never inside a record_function**: the optimizer hook runs inside torch's ``Optimizer.step#...``
+  annotation, and a profiler started or stopped there can crash torch later. So a step found by the hook
+  is counted at once (step timing), but the profiler's transition runs when the optimizer's ``step``
+  returns (a wrapper around the class's ``step``, installed by the first hook call). The first optimizer
+  step is already running then: its transition happens at the end of the second one.
 - **duration** (``--duration S``): everything from the start for S seconds (steps still labelled), then
   the profiler stops at the next step or when a SIGALRM timer fires in the main thread.
 

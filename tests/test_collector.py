@@ -6,6 +6,7 @@ subprocess) and reads the bundle back with the analyzer.
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -271,6 +272,41 @@ for i in range({n}):
     y = (w @ w).relu()
     stallscope.step()
 """
+
+
+def test_profiler_steps_never_cut_an_optimizer_step(tmp_path: Path) -> None:
+    # GIVEN a training loop (the optimizer's post hook runs inside its Optimizer.step record_function)
+    script = train_script(tmp_path, n=8)
+    out = tmp_path / "bundle"
+    # WHEN profiled with a 3-step window after one skipped step
+    assert (
+        main(
+            [
+                "profile",
+                "-o",
+                str(out),
+                "--no-analyze",
+                "--skip",
+                "1",
+                "--warmup",
+                "0",
+                "--steps",
+                "3",
+                str(script),
+            ]
+        )
+        == 0
+    )
+    with gzip.open(out / TRACE_NAME, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    spans = [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name", "").startswith("ProfilerStep#")]
+    opt = [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name", "").startswith("Optimizer.step#")]
+    # THEN the profiler moved between steps only after an optimizer step had returned: every optimizer
+    # step of the trace lies whole inside one profiled step, one per step
+    assert len(spans) == 3 and len(opt) == 3
+    for start, end in opt:
+        assert any(s <= start and end <= e for s, e in spans), (start, end, spans)
+    assert read_sidecar(out)["run"]["steps_seen"] == 8
 
 
 def test_stallscope_step_drives_steps(tmp_path: Path) -> None:
