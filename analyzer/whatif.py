@@ -41,19 +41,27 @@ def _loads_data(f: Frame) -> bool:
     return f.tail_input > 0 or any(x > 0 for x in f.gap_input)
 
 
-def what_if(model: TraceModel, g: Graph, f: Frame, avoidable: AvoidablePolicy) -> WhatIfReport:
-    """Replay the graph unchanged and under each scenario; savings are against the unchanged replay.
-    Scenarios that change nothing (no avoidable syncs, no data loading) reuse the unchanged replay."""
+def scenario_costs(
+    model: TraceModel, g: Graph, f: Frame, avoidable: AvoidablePolicy
+) -> dict[Scenario, Costs]:
+    """How each scenario changes the graph's costs (``what_if`` replays these; the dashboard replays one
+    to draw its re-timed timeline)."""
     waits_in_window = frozenset(
         c for c in np.flatnonzero(g.call_blocking != Blocking.NO).tolist() if g.call_start[c] >= f.start_us
     )
-    scenarios = {
+    return {
         Scenario.NO_AVOIDABLE_SYNCS: Costs(no_wait=avoidable(model, g, f.start_us, f.end_us)),
         Scenario.NO_SYNCS: Costs(no_wait=waits_in_window),
         Scenario.DEVICE_2X: Costs(device_scale=0.5),
         Scenario.HOST_2X: Costs(host_scale=0.5),
         Scenario.INPUT_OVERLAPPED: Costs(input_scale=0.0 if _loads_data(f) else 1.0),
     }
+
+
+def what_if(model: TraceModel, g: Graph, f: Frame, avoidable: AvoidablePolicy) -> WhatIfReport:
+    """Replay the graph unchanged and under each scenario; savings are against the unchanged replay.
+    Scenarios that change nothing (no avoidable syncs, no data loading) reuse the unchanged replay."""
+    scenarios = scenario_costs(model, g, f, avoidable)
     base = replay(g, f, Costs()).end_us - f.start_us
     done: dict[Costs, float] = {Costs(): base}
     results = []

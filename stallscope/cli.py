@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import stallscope.dashboard_cmd as dashboard_cmd
 from analyzer.errors import StallscopeError, UsageError
 from stallscope import __version__, profile_cmd
 
@@ -148,6 +149,18 @@ COMMANDS: tuple[Command, ...] = (
         "fail (exit 1) when a trace exceeds performance limits (for CI)",
         _configure_check,
         _run_check,
+    ),
+    Command(
+        "dashboard",
+        "serve the dashboard: upload traces, browse them, explore timelines, compare runs",
+        dashboard_cmd.configure_dashboard,
+        dashboard_cmd.run_dashboard,
+    ),
+    Command(
+        "upload",
+        "send a trace or bundle to a running dashboard",
+        dashboard_cmd.configure_upload,
+        dashboard_cmd.run_upload,
     ),
     Command(
         "profile",

@@ -1,0 +1,90 @@
+"""The Dash app: one Flask server carrying the pages and the HTTP API, and a small threaded server to run
+it (``stallscope dashboard``). Binds to 127.0.0.1 unless told otherwise."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any, cast
+
+import dash
+from dash import dcc, html
+from flask import Flask
+from werkzeug.serving import BaseWSGIServer, make_server
+
+from dashboard import pages
+from dashboard.api import register_api
+from dashboard.pages.common import Shell
+from dashboard.palette import FONT_FAMILY, TEXT
+from dashboard.services import Services
+from dashboard.store import Store
+from dashboard.worker import Worker
+
+DEFAULT_MAX_UPLOAD_MB = 512
+
+
+def create_app(services: Services) -> dash.Dash:
+    """The app over ``services``; its Flask server is ``app.server``."""
+    server = Flask("stallscope.dashboard")
+    register_api(server, services)
+    quiet: Any = {"update_title": None}  # no "Updating..." flicker in the tab title
+    app = dash.Dash(
+        __name__,
+        server=cast(Any, server),
+        title="stallscope",
+        **quiet,
+        suppress_callback_exceptions=True,  # pages are built on navigation
+        assets_folder=str(Path(__file__).parent / "pages" / "assets"),
+    )
+    app.layout = html.Div(
+        [
+            dcc.Location(id=Shell.URL.value),
+            html.Div(
+                [
+                    dcc.Link("stallscope", href="/", style={"fontWeight": "700", "marginRight": "18px"}),
+                    dcc.Link("Traces", href="/", style={"marginRight": "12px"}),
+                    dcc.Link("Compare", href="/compare"),
+                ],
+                style={"padding": "8px 0", "borderBottom": "1px solid #e4e7eb", "marginBottom": "10px"},
+            ),
+            html.Div(id=Shell.CONTENT.value),
+        ],
+        style={"fontFamily": FONT_FAMILY, "color": TEXT, "margin": "0 18px"},
+    )
+    pages.register(app, services)
+    return app
+
+
+def open_services(store_dir: str | Path, max_upload_mb: int, processes: bool = True) -> Services:
+    """Open (or create) the store, start the analysis worker and queue what a previous run left
+    unfinished."""
+    store = Store(store_dir)
+    services = Services(store, Worker(store, processes=processes), max_upload_mb << 20)
+    assert services.worker is not None
+    services.worker.resume()
+    return services
+
+
+class Running:
+    """A dashboard served on a background thread (tests, benchmarks) or the foreground (the CLI)."""
+
+    def __init__(self, app: dash.Dash, host: str = "127.0.0.1", port: int = 8050) -> None:
+        self.server: BaseWSGIServer = make_server(host, port, app.server, threaded=True)
+        self.url = f"http://{host}:{self.server.server_port}"
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> Running:
+        self._thread = threading.Thread(
+            target=self.server.serve_forever, name="stallscope-dashboard", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def serve_forever(self) -> None:
+        self.server.serve_forever()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=10)

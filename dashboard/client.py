@@ -1,0 +1,134 @@
+"""Upload a trace to a running dashboard with the standard library only (no ``requests``): used by
+``stallscope upload FILE --to URL`` and ``stallscope profile --upload URL``.
+
+The multipart body is streamed from the file, so a trace of any size is never held in memory. A folder
+(a stallscope bundle or a folder of rank files) is sent as a ``.tar.gz`` of its regular files.
+"""
+
+from __future__ import annotations
+
+import json
+import tarfile
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from analyzer.errors import StallscopeError
+
+_CHUNK = 1 << 20
+
+
+class UploadError(StallscopeError):
+    """The dashboard could not be reached or refused the upload (its one-line reason is included)."""
+
+
+def upload(
+    path: str | Path, url: str, *, timeout: float = 600.0, tags: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """POST ``path`` to the dashboard at ``url`` (``http://host:port``); returns the dashboard's answer
+    ``{"id", "url", "status"}``. Raises ``UploadError`` with the server's reason on failure."""
+    p = Path(path)
+    if not p.exists():
+        raise UploadError(f"{path}: no such file or directory")
+    if p.is_dir():
+        with tempfile.TemporaryDirectory(prefix="stallscope-upload-") as tmp:
+            packed = Path(tmp) / f"{p.resolve().name or 'bundle'}.tar.gz"
+            _pack(p, packed)
+            return _post(packed, url, timeout, tags)
+    return _post(p, url, timeout, tags)
+
+
+def status(trace_id: str, url: str, timeout: float = 30.0) -> dict[str, Any]:
+    """The dashboard's entry for ``trace_id`` (``status``, ``progress``, ``error``, ``summary``)."""
+    return _json(_open(urllib.request.Request(_api(url, f"traces/{trace_id}")), timeout))
+
+
+def wait(trace_id: str, url: str, timeout: float = 600.0, poll_s: float = 0.5) -> dict[str, Any]:
+    """Poll until the upload is analysed (or failed); returns the final entry."""
+    deadline = time.monotonic() + timeout
+    while True:
+        entry = status(trace_id, url)
+        if entry.get("status") not in ("pending", "analysing") or time.monotonic() > deadline:
+            return entry
+        time.sleep(poll_s)
+
+
+def _api(url: str, route: str) -> str:
+    if not url.startswith(("http://", "https://")):
+        raise UploadError(f"--to {url}: give the dashboard's address, like http://127.0.0.1:8050")
+    return f"{url.rstrip('/')}/api/{route}"
+
+
+def _pack(folder: Path, target: Path) -> None:
+    with tarfile.open(target, "w:gz") as tf:
+        for f in sorted(folder.rglob("*")):
+            if f.is_file() and not f.is_symlink():
+                tf.add(f, arcname=str(f.relative_to(folder)), recursive=False)
+
+
+def _post(path: Path, url: str, timeout: float, tags: tuple[str, ...]) -> dict[str, Any]:
+    boundary = f"stallscope-{uuid.uuid4().hex}"
+    name = path.name.replace('"', "_").replace("\r", "_").replace("\n", "_")
+    fields = b""
+    if tags:
+        fields = (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="tags"\r\n\r\n{",".join(tags)}\r\n'
+        ).encode()
+    head = (
+        fields
+        + (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{name}"\r\n'
+            "Content-Type: application/octet-stream\r\n\r\n"
+        ).encode()
+    )
+    tail = f"\r\n--{boundary}--\r\n".encode()
+    size = len(head) + path.stat().st_size + len(tail)
+
+    def body() -> Iterator[bytes]:
+        yield head
+        with path.open("rb") as f:
+            while chunk := f.read(_CHUNK):
+                yield chunk
+        yield tail
+
+    request = urllib.request.Request(
+        _api(url, "traces"),
+        data=body(),
+        method="POST",
+        headers={"Content-Type": f"multipart/form-data; boundary={boundary}", "Content-Length": str(size)},
+    )
+    return _json(_open(request, timeout))
+
+
+def _open(request: urllib.request.Request, timeout: float) -> bytes:
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            data: bytes = response.read()
+            return data
+    except urllib.error.HTTPError as exc:
+        raise UploadError(f"{request.full_url}: {exc.code} {_reason(exc)}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", None) or exc
+        raise UploadError(f"{request.full_url}: cannot reach the dashboard ({reason})") from None
+
+
+def _reason(exc: urllib.error.HTTPError) -> str:
+    try:
+        return str(json.loads(exc.read())["error"])
+    except (ValueError, KeyError, TypeError, OSError):
+        return str(exc.reason)
+
+
+def _json(data: bytes) -> dict[str, Any]:
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        raise UploadError("the dashboard answered something that is not JSON") from None
+    if not isinstance(doc, dict):
+        raise UploadError("the dashboard answered something unexpected")
+    return doc

@@ -1,0 +1,97 @@
+"""Typed ``Analysis`` objects for the views that need more than the stored JSON (the timeline explorer
+and the what-if re-timing need the dependency graph and the critical path arrays).
+
+They are rebuilt by the analyzer from the stored trace model (Parquet, memory-mapped) and the bundle's
+sidecar, on first use, and the last few are kept. The analysis is deterministic, so the rebuilt object
+agrees with the stored JSON; the views still render only what the analyzer computed. ``warm`` starts the
+rebuild in the background when a trace's overview is opened, so the timeline is ready when asked for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections import OrderedDict
+from pathlib import Path
+
+from analyzer.analysis import Analysis, analyze_model
+from analyzer.graph import Graph
+from analyzer.inputs import input_intervals, main_thread
+from analyzer.model import TraceModel
+from analyzer.replay import Costs, Replay, Scenario, make_frame, replay
+from analyzer.sidecar import Sidecar, read_sidecar
+from analyzer.whatif import scenario_costs
+from dashboard.store import Store
+
+_KEPT = 3
+
+
+class LiveAnalyses:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._done: OrderedDict[str, Analysis] = OrderedDict()
+        self._building: dict[str, threading.Lock] = {}
+        self._lock = threading.Lock()
+
+    def get(self, trace_id: str) -> Analysis:
+        """The analysis of a ready entry (store errors propagate: unknown, not ready, corrupt)."""
+        with self._lock:
+            if trace_id in self._done:
+                self._done.move_to_end(trace_id)
+                return self._done[trace_id]
+            building = self._building.setdefault(trace_id, threading.Lock())
+        with building:  # one rebuild per trace however many callbacks ask at once
+            with self._lock:
+                if trace_id in self._done:
+                    return self._done[trace_id]
+            try:
+                model = self.store.model(trace_id)
+                result = analyze_model(model, sidecar=self._sidecar(trace_id))
+            finally:
+                with self._lock:
+                    self._building.pop(trace_id, None)
+            with self._lock:
+                self._done[trace_id] = result
+                while len(self._done) > _KEPT:
+                    self._done.popitem(last=False)
+        return result
+
+    def warm(self, trace_id: str) -> None:
+        """Rebuild in a background thread (errors are left for the view that asks to report)."""
+        with self._lock:
+            if trace_id in self._done or trace_id in self._building:
+                return
+
+        def build() -> None:
+            with contextlib.suppress(Exception):  # reported by the view that needs it
+                self.get(trace_id)
+
+        threading.Thread(target=build, name=f"stallscope-warm-{trace_id[:8]}", daemon=True).start()
+
+    def _sidecar(self, trace_id: str) -> Sidecar | None:
+        path: Path = self.store.input_path(trace_id)
+        if not path.is_dir():
+            return None
+        sidecar, _problem = read_sidecar(path)
+        return sidecar
+
+
+def retimed(a: Analysis, scenario: Scenario) -> Replay:
+    """The analyzer's replay of ``a``'s graph under ``scenario``: new start/end of every call and device
+    activity (the what-if page draws it). The frame and the avoidable calls are the ones ``analyze_model``
+    used for the predicted times, so the drawing ends where the predicted time says."""
+    g = a.graph
+    if g is None:
+        raise ValueError("this analysis has no dependency graph")
+    frame = make_frame(
+        g, a.window.start_us, a.window.end_us, main_thread(a.model, g), input_intervals(a.model)
+    )
+    avoidable = frozenset(c for s in a.syncs if s.avoidable for c in s.calls)
+
+    def policy(_m: TraceModel, _g: Graph, _s: float, _e: float) -> frozenset[int]:
+        return avoidable
+
+    if scenario == Scenario.AS_RECORDED:
+        return replay(g, frame, Costs())
+    costs = scenario_costs(a.model, g, frame, a.options.avoidable or policy)[scenario]
+    return replay(g, frame, costs)

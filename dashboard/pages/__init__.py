@@ -1,0 +1,94 @@
+"""The dashboard's pages and the router that picks one from the URL.
+
+A plain ``dcc.Location`` router (not ``use_pages``): ``render`` is a pure function of the services and the
+URL, so tests call it directly; each page module has ``layout(...)`` and ``register(app, services)``.
+
+    /                          traces: upload, search, sort, delete, pick two to compare
+    /trace/<id>                overview: verdict, headline numbers, findings
+    /trace/<id>/timeline       timeline explorer (server-side windowing)
+    /trace/<id>/syncs|gaps|steps   tables with filters
+    /trace/<id>/whatif         scenarios: predicted time and the re-timed device streams
+    /compare?a=<id>&b=<id>     two traces side by side
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qs
+
+from dash import Dash, Input, Output, State, html, no_update
+
+from dashboard.pages import compare, explorer, overview, tables, traces, whatif
+from dashboard.pages.common import Shell, message, progress_text, ready_entry
+from dashboard.services import Services
+from dashboard.store import Status, StoreError
+
+_TRACE_PAGES = {
+    "": overview.layout,
+    "timeline": explorer.layout,
+    "syncs": tables.syncs_layout,
+    "gaps": tables.gaps_layout,
+    "steps": tables.steps_layout,
+    "whatif": whatif.layout,
+}
+
+
+def render(services: Services, pathname: str | None, search: str | None = None) -> Any:
+    """The page for a URL; unknown URLs and unusable traces give a message, never an exception."""
+    parts = [p for p in (pathname or "/").split("/") if p]
+    query = {k: v[0] for k, v in parse_qs((search or "").lstrip("?")).items()}
+    try:
+        if not parts:
+            return traces.layout(services)
+        if parts == ["compare"]:
+            return compare.layout(services, query.get("a"), query.get("b"))
+        if parts[0] == "trace" and len(parts) in (2, 3):
+            page = _TRACE_PAGES.get(parts[2] if len(parts) == 3 else "")
+            if page is not None:
+                found = ready_entry(services, parts[1])
+                if isinstance(found, html.Div):
+                    return found
+                return page(services, found)
+    except StoreError as exc:
+        return message(str(exc))
+    return message(f"no page at {pathname}")
+
+
+def poll_pending(
+    services: Services, trace_id: str | None, pathname: str | None, search: str | None
+) -> tuple[Any, Any]:
+    """While a trace is analysed: its progress line; once it is done (or failed), the page itself."""
+    if not trace_id:
+        return no_update, no_update
+    try:
+        entry = services.store.get(trace_id)
+    except StoreError as exc:
+        return str(exc), message(str(exc))
+    if entry.status in (Status.PENDING, Status.ANALYSING):
+        return progress_text(entry), no_update
+    return progress_text(entry), render(services, pathname, search)
+
+
+def register(app: Dash, services: Services) -> None:
+    @app.callback(
+        Output(Shell.CONTENT.value, "children"),
+        Input(Shell.URL.value, "pathname"),
+        Input(Shell.URL.value, "search"),
+    )
+    def route(pathname: str | None, search: str | None) -> Any:
+        return render(services, pathname, search)
+
+    @app.callback(
+        Output(Shell.PENDING_TEXT.value, "children"),
+        Output(Shell.CONTENT.value, "children", allow_duplicate=True),
+        Input(Shell.PENDING_TICK.value, "n_intervals"),
+        State(Shell.PENDING_ID.value, "data"),
+        State(Shell.URL.value, "pathname"),
+        State(Shell.URL.value, "search"),
+        prevent_initial_call=True,
+    )
+    def pending(_n: int, trace_id: str | None, pathname: str | None, search: str | None) -> tuple[Any, Any]:
+        return poll_pending(services, trace_id, pathname, search)
+
+    for module in (traces, overview, explorer, tables, whatif, compare):
+        module.register(app, services)

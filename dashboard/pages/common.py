@@ -1,0 +1,129 @@
+"""What every page shares: the shell's component ids, number formats, the trace sub-navigation and the
+panels shown instead of a page while a trace is analysed or when it cannot be shown.
+
+Trace strings reach the page only as component text (Dash renders text, never markup).
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+from dash import dcc, html
+from dash.dash_table.DataTable import DataTable
+
+from dashboard.services import Services
+from dashboard.store import Entry, Status, StoreError
+
+
+class Shell(str, Enum):
+    URL = "shell-url"
+    CONTENT = "shell-content"
+    PENDING_TICK = "shell-pending-tick"
+    PENDING_TEXT = "shell-pending-text"
+    PENDING_ID = "shell-pending-id"
+
+
+Doc = dict[str, Any]
+
+CARD: dict[str, Any] = {
+    "border": "1px solid #e4e7eb",
+    "borderRadius": "6px",
+    "padding": "10px 14px",
+    "margin": "6px 8px 6px 0",
+    "display": "inline-block",
+    "minWidth": "150px",
+    "verticalAlign": "top",
+}
+TABLE_STYLE: dict[str, Any] = {
+    "style_table": {"overflowX": "auto"},
+    "style_cell": {"fontFamily": "inherit", "fontSize": "13px", "textAlign": "left", "padding": "4px 8px"},
+    "style_header": {"fontWeight": "600", "backgroundColor": "#f5f7fa"},
+}
+
+
+def data_table(**props: Any) -> Any:
+    """A ``DataTable`` in the dashboard's style (its typed signature is stricter than the JSON rows we
+    give it)."""
+    return DataTable(**{**TABLE_STYLE, **props})
+
+
+def ms(us: float | None) -> str:
+    if us is None:
+        return "-"
+    return f"{us / 1000:,.2f} ms" if abs(us) >= 1000 else f"{us:,.1f} µs"
+
+
+def pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1%}"
+
+
+def site_text(site: Doc | None) -> str:
+    """``file:line in function`` of a call site object of the analysis JSON, or ''."""
+    if not site:
+        return ""
+    return f"{site.get('file', '?')}:{site.get('line', '?')} in {site.get('function', '?')}"
+
+
+def message(text: str, kind: str = "error") -> html.Div:
+    """A one-line message in the page (errors never become tracebacks or blank pages)."""
+    colour = {"error": "#b42318", "info": "#1f2933"}.get(kind, "#1f2933")
+    return html.Div(
+        text,
+        className=f"stallscope-{kind}",
+        style={"color": colour, "padding": "10px", "border": f"1px solid {colour}", "borderRadius": "6px"},
+    )
+
+
+TRACE_TABS = (
+    ("", "Overview"),
+    ("/timeline", "Timeline"),
+    ("/syncs", "Syncs"),
+    ("/gaps", "Gaps"),
+    ("/steps", "Steps"),
+    ("/whatif", "What-if"),
+)
+
+
+def trace_nav(entry: Entry, current: str) -> html.Div:
+    links: list[Any] = [html.Span(entry.name, style={"fontWeight": "600", "marginRight": "16px"})]
+    for suffix, label in TRACE_TABS:
+        style = {"marginRight": "12px", "fontWeight": "600" if suffix == current else "400"}
+        links.append(dcc.Link(label, href=f"/trace/{entry.id}{suffix}", style=style))
+    links.append(dcc.Link("Compare…", href=f"/compare?a={entry.id}", style={"marginRight": "12px"}))
+    return html.Div(links, style={"margin": "4px 0 12px"})
+
+
+def ready_entry(services: Services, trace_id: str) -> Entry | html.Div:
+    """The entry when its analysis is ready; otherwise the panel to show instead (progress while it is
+    analysed, with a poll that re-renders the page when done; the error when it failed)."""
+    try:
+        entry = services.store.get(trace_id)
+    except StoreError as exc:
+        return message(str(exc))
+    if entry.status is Status.READY:
+        return entry
+    if entry.status in (Status.PENDING, Status.ANALYSING):
+        return pending_panel(entry)
+    return message(f"{entry.name}: {entry.error or entry.status.value}")
+
+
+def pending_panel(entry: Entry) -> html.Div:
+    return html.Div(
+        [
+            html.H3(entry.name),
+            html.Div(progress_text(entry), id=Shell.PENDING_TEXT.value, className="stallscope-progress"),
+            dcc.Store(id=Shell.PENDING_ID.value, data=entry.id),
+            dcc.Interval(id=Shell.PENDING_TICK.value, interval=700),
+        ]
+    )
+
+
+def progress_text(entry: Entry) -> str:
+    if entry.status is Status.PENDING:
+        return "waiting for the analysis to start…"
+    if entry.status is Status.ANALYSING:
+        return f"analysing: {entry.progress or 'starting'}…"
+    if entry.status is Status.READY:
+        return "analysis done"
+    return f"{entry.error or entry.status.value}"

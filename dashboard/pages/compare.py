@@ -1,0 +1,163 @@
+"""Compare two traces (before / after a fix): headline numbers side by side with their change, per-finding
+deltas (findings matched by rule and call site) and per-step distributions."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+from dash import Dash, Input, Output, dcc, html
+
+from dashboard.pages import figures
+from dashboard.pages.common import Doc, data_table, message, ms, pct, site_text
+from dashboard.services import Services
+from dashboard.store import Status, StoreError
+
+
+class Ids(str, Enum):
+    A = "compare-a"
+    B = "compare-b"
+    RESULT = "compare-result"
+
+
+# (summary key, label, format, whether lower is better)
+HEADLINE = (
+    ("wall_us", "wall time", "ms", True),
+    ("device_utilization", "GPU utilization", "pct", False),
+    ("device_idle_us", "device idle", "ms", True),
+    ("host_sync_wait_us", "host blocked in syncs", "ms", True),
+    ("sync_count", "syncs", "n", True),
+    ("avoidable_sync_count", "avoidable syncs", "n", True),
+    ("critical_path_us", "critical path", "ms", True),
+    ("est_saving_us", "est. saving left", "ms", True),
+)
+
+
+def _fmt(value: Any, how: str) -> str:
+    if value is None:
+        return "-"
+    return ms(value) if how == "ms" else pct(value) if how == "pct" else f"{value:,}"
+
+
+def _delta(a: Any, b: Any, how: str) -> str:
+    if a is None or b is None:
+        return "-"
+    d = b - a
+    if how == "pct":
+        return f"{d * 100:+.1f} pts"
+    rel = f" ({d / a:+.0%})" if a else ""
+    return (f"{'+' if d >= 0 else '-'}{ms(abs(d))}" if how == "ms" else f"{d:+,}") + rel
+
+
+def headline_rows(a: Doc, b: Doc) -> list[dict[str, Any]]:
+    sa, sb = a["summary"], b["summary"]
+    rows = []
+    for key, label, how, lower_better in HEADLINE:
+        va, vb = sa.get(key), sb.get(key)
+        better = None if va is None or vb is None or va == vb else ((vb < va) == lower_better)
+        rows.append(
+            {
+                "metric": label,
+                "before": _fmt(va, how),
+                "after": _fmt(vb, how),
+                "change": _delta(va, vb, how),
+                "verdict": "" if better is None else ("better" if better else "worse"),
+            }
+        )
+    rows.append(
+        {
+            "metric": "bottleneck",
+            "before": sa.get("bottleneck") or "-",
+            "after": sb.get("bottleneck") or "-",
+            "change": "",
+            "verdict": "",
+        }
+    )
+    return rows
+
+
+def finding_rows(a: Doc, b: Doc) -> list[dict[str, Any]]:
+    """One row per (rule, call site) found in either trace: its cost before and after. A finding that
+    disappeared after the fix shows 'gone'."""
+
+    def keyed(doc: Doc) -> dict[tuple[str, str], Doc]:
+        return {(f["rule"], site_text(f.get("call_site"))): f for f in doc["findings"]}
+
+    fa, fb = keyed(a), keyed(b)
+    rows = []
+    for key in sorted(
+        set(fa) | set(fb),
+        key=lambda k: -max(fa.get(k, {}).get("time_us", 0), fb.get(k, {}).get("time_us", 0)),
+    ):
+        x, y = fa.get(key), fb.get(key)
+        title = (x or y or {}).get("title", key[0])
+        ta, tb = (x or {}).get("time_us"), (y or {}).get("time_us")
+        status = "gone" if y is None else "new" if x is None else _delta(ta, tb, "ms")
+        rows.append(
+            {
+                "finding": title,
+                "site": key[1],
+                "before": _fmt(ta, "ms"),
+                "after": _fmt(tb, "ms"),
+                "change": status,
+            }
+        )
+    return rows
+
+
+def _columns(keys: tuple[str, ...]) -> list[dict[str, str]]:
+    return [{"id": k, "name": k} for k in keys]
+
+
+def on_pick(services: Services, a_id: str | None, b_id: str | None) -> Any:
+    """The comparison of two ready traces, or a message saying what is missing."""
+    if not a_id or not b_id:
+        return message("pick a 'before' and an 'after' trace", "info")
+    try:
+        a, b = services.store.analysis(a_id), services.store.analysis(b_id)
+        names = (services.store.get(a_id).name, services.store.get(b_id).name)
+    except StoreError as exc:
+        return message(str(exc))
+    parts: list[Any] = [
+        html.H4("Headline numbers"),
+        data_table(
+            data=headline_rows(a, b),
+            columns=_columns(("metric", "before", "after", "change", "verdict")),
+        ),
+        html.H4("Findings"),
+        data_table(
+            data=finding_rows(a, b),
+            columns=_columns(("finding", "site", "before", "after", "change")),
+        ),
+    ]
+    if a["steps"] or b["steps"]:
+        parts.append(dcc.Graph(figure=figures.step_distributions(a, b, names), config={"displaylogo": False}))
+    return html.Div(parts)
+
+
+def layout(services: Services, a_id: str | None, b_id: str | None) -> html.Div:
+    ready = [e for e in services.store.entries() if e.status is Status.READY]
+    options = [{"label": f"{e.name} ({e.id[:8]})", "value": e.id} for e in ready]
+    known = {e.id for e in ready}
+    a_id = a_id if a_id in known else None
+    b_id = b_id if b_id in known else None
+    pick = {"width": "420px", "display": "inline-block", "marginRight": "12px"}
+    return html.Div(
+        [
+            html.H3("Compare two traces"),
+            dcc.Dropdown(options, a_id, id=Ids.A.value, placeholder="before", style=pick),
+            dcc.Dropdown(options, b_id, id=Ids.B.value, placeholder="after", style=pick),
+            html.Div(on_pick(services, a_id, b_id), id=Ids.RESULT.value),
+        ]
+    )
+
+
+def register(app: Dash, services: Services) -> None:
+    @app.callback(
+        Output(Ids.RESULT.value, "children"),
+        Input(Ids.A.value, "value"),
+        Input(Ids.B.value, "value"),
+        prevent_initial_call=True,
+    )
+    def pick(a_id: str | None, b_id: str | None) -> Any:
+        return on_pick(services, a_id, b_id)

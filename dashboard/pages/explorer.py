@@ -1,0 +1,219 @@
+"""Timeline explorer: zoom and pan with server-side windowing.
+
+Every zoom, pan, reset or zoom-out asks ``dashboard.timeline.extract`` for the visible range only, merged
+to screen resolution (``max_items_per_lane``), and redraws with ``dashboard.timeline.figure``: the browser
+never holds more than a screenful of items, however large the trace. The critical path, gaps by cause and
+syncs are rows and marks of the same figure. A click shows the item's details and call site.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
+
+from dashboard import timeline
+from dashboard.pages.common import Doc, message, ms, trace_nav
+from dashboard.services import Services
+from dashboard.store import Entry, StoreError
+
+MAX_ITEMS = 600  # per row and view: about one item per two pixels of a laptop-wide plot
+MIN_SPAN_US = 1.0
+
+
+class Ids(str, Enum):
+    GRAPH = "explorer-graph"
+    VIEW = "explorer-view"
+    TRACE = "explorer-trace"
+    STATUS = "explorer-status"
+    DETAILS = "explorer-details"
+    RESET = "explorer-reset"
+    ZOOM_OUT = "explorer-zoom-out"
+
+
+def full_view(doc: Doc) -> dict[str, float]:
+    w = doc["window"]
+    return {
+        "start": float(w["start_us"]),
+        "end": float(w["end_us"]),
+        "lo": float(w["start_us"]),
+        "hi": float(w["end_us"]),
+    }
+
+
+def next_view(
+    view: dict[str, float], trigger: str | None, relayout: dict[str, Any] | None
+) -> dict[str, float] | None:
+    """The range to show after a user action, or None when the action does not change it. The figure's x
+    axis is in ms from the current range's start."""
+    lo, hi = view["lo"], view["hi"]
+    if trigger == Ids.RESET.value:
+        return {**view, "start": lo, "end": hi}
+    if trigger == Ids.ZOOM_OUT.value:
+        mid, half = (view["start"] + view["end"]) / 2, (view["end"] - view["start"])
+        return _clamp(view, mid - half, mid + half)
+    if not relayout:
+        return None
+    if relayout.get("xaxis.autorange"):
+        return {**view, "start": lo, "end": hi}
+    r = relayout.get("xaxis.range")
+    r0, r1 = (
+        (r[0], r[1])
+        if isinstance(r, list) and len(r) == 2
+        else (relayout.get("xaxis.range[0]"), relayout.get("xaxis.range[1]"))
+    )
+    if not isinstance(r0, int | float) or not isinstance(r1, int | float):
+        return None
+    return _clamp(view, view["start"] + r0 * 1000, view["start"] + r1 * 1000)
+
+
+def _clamp(view: dict[str, float], start: float, end: float) -> dict[str, float]:
+    lo, hi = view["lo"], view["hi"]
+    start, end = max(lo, min(start, end)), min(hi, max(start, end))
+    if end - start < MIN_SPAN_US:
+        mid = (start + end) / 2
+        start, end = max(lo, mid - MIN_SPAN_US / 2), min(hi, mid + MIN_SPAN_US / 2)
+    return {**view, "start": start, "end": end}
+
+
+def draw(services: Services, trace_id: str, view: dict[str, float]) -> tuple[Any, str]:
+    """The figure of ``view`` and a status line (range shown, items drawn, whether merged)."""
+    a = services.live.get(trace_id)
+    sl = timeline.extract(a.model, a, view["start"], view["end"], MAX_ITEMS)
+    fig = timeline.figure(sl)
+    fig.update_layout(uirevision=f"{view['start']}-{view['end']}")
+    merged = ", short events merged" if sl.merged else ""
+    status = (
+        f"showing {ms(view['start'] - view['lo'])} to {ms(view['end'] - view['lo'])} of {ms(view['hi'] - view['lo'])}"
+        f" · {sl.items:,} items{merged} · drag to zoom, double-click to reset, click an item for details"
+    )
+    return fig, status
+
+
+def on_view(
+    services: Services,
+    trace_id: str,
+    trigger: str | None,
+    relayout: dict[str, Any] | None,
+    view: dict[str, float],
+) -> tuple[Any, Any, Any]:
+    """Callback body: (figure, view, status) after a zoom/pan/reset; errors become the status line."""
+    new = next_view(view, trigger, relayout)
+    if new is None or (new["start"] == view["start"] and new["end"] == view["end"] and trigger is None):
+        return no_update, no_update, no_update
+    try:
+        fig, status = draw(services, trace_id, new)
+    except (StoreError, ValueError) as exc:
+        return no_update, no_update, str(exc)
+    return fig, new, status
+
+
+def details(services: Services, trace_id: str, view: dict[str, float], click: dict[str, Any] | None) -> Any:
+    """What a click hit: the item of that row at that time (name, duration, count, call site) or the sync
+    mark, from the same extraction the figure was drawn from."""
+    points = (click or {}).get("points") or []
+    if not points:
+        return no_update
+    p = points[0]
+    a = services.live.get(trace_id)
+    sl = timeline.extract(a.model, a, view["start"], view["end"], MAX_ITEMS)
+    if "base" not in p:  # a sync marker (x = its start, in ms from the range start)
+        at = view["start"] + float(p.get("x", 0.0)) * 1000
+        marks = sorted(sl.syncs, key=lambda m: abs(m.start_us - at))
+        if not marks:
+            return no_update
+        m = marks[0]
+        verdict = "avoidable" if m.avoidable else "needed"
+        return _panel(
+            f"sync ({m.kind}, {verdict}): {m.api}",
+            [
+                f"host blocked {ms(m.wait_us)}, device idle charged {ms(m.bubble_us)}",
+                m.site or "no call site",
+            ],
+        )
+    row_index = round(float(p.get("y", -1)))
+    if not 0 <= row_index < len(sl.rows):
+        return no_update
+    row = sl.rows[row_index]
+    at = view["start"] + float(p["base"]) * 1000
+    it = row.items
+    best = min(range(len(it)), key=lambda i: abs(float(it.start_us[i]) - at), default=None)
+    if best is None:
+        return no_update
+    dur = float(it.end_us[best] - it.start_us[best])
+    count = int(it.count[best])
+    lines = [
+        f"{row.label} · {ms(dur)} at {ms(float(it.start_us[best]) - view['lo'])}",
+        f"{count} events merged at this zoom (zoom in to separate them)" if count > 1 else "",
+        it.site[best] or "no call site in the trace",
+    ]
+    return _panel(it.name[best], [x for x in lines if x])
+
+
+def _panel(title: str, lines: list[str]) -> html.Div:
+    return html.Div(
+        [html.Div(title, style={"fontWeight": "600"})]
+        + [html.Div(x, style={"fontFamily": "monospace"}) for x in lines],
+        style={
+            "border": "1px solid #e4e7eb",
+            "borderRadius": "6px",
+            "padding": "8px 12px",
+            "marginTop": "8px",
+        },
+    )
+
+
+def layout(services: Services, entry: Entry) -> html.Div:
+    doc = services.store.analysis(entry.id)
+    view = full_view(doc)
+    try:
+        fig, status = draw(services, entry.id, view)
+    except (StoreError, ValueError) as exc:
+        return html.Div([trace_nav(entry, "/timeline"), message(str(exc))])
+    return html.Div(
+        [
+            trace_nav(entry, "/timeline"),
+            html.Div(
+                [
+                    html.Button("Reset", id=Ids.RESET.value),
+                    html.Button("Zoom out", id=Ids.ZOOM_OUT.value, style={"marginLeft": "6px"}),
+                    html.Span(status, id=Ids.STATUS.value, style={"marginLeft": "12px", "color": "#616e7c"}),
+                ]
+            ),
+            dcc.Store(id=Ids.VIEW.value, data=view),
+            dcc.Store(id=Ids.TRACE.value, data=entry.id),
+            dcc.Loading(
+                dcc.Graph(id=Ids.GRAPH.value, figure=fig, config={"displaylogo": False, "scrollZoom": True}),
+                delay_show=300,
+            ),
+            html.Div(id=Ids.DETAILS.value, className="stallscope-details"),
+        ]
+    )
+
+
+def register(app: Dash, services: Services) -> None:
+    @app.callback(
+        Output(Ids.GRAPH.value, "figure"),
+        Output(Ids.VIEW.value, "data"),
+        Output(Ids.STATUS.value, "children"),
+        Input(Ids.GRAPH.value, "relayoutData"),
+        Input(Ids.RESET.value, "n_clicks"),
+        Input(Ids.ZOOM_OUT.value, "n_clicks"),
+        State(Ids.VIEW.value, "data"),
+        State(Ids.TRACE.value, "data"),
+        prevent_initial_call=True,
+    )
+    def zoom(relayout: Any, _r: Any, _z: Any, view: dict[str, float], trace_id: str) -> tuple[Any, Any, Any]:
+        trigger = ctx.triggered_id if ctx.triggered_id != Ids.GRAPH.value else None
+        return on_view(services, trace_id, trigger, relayout, view)
+
+    @app.callback(
+        Output(Ids.DETAILS.value, "children"),
+        Input(Ids.GRAPH.value, "clickData"),
+        State(Ids.VIEW.value, "data"),
+        State(Ids.TRACE.value, "data"),
+        prevent_initial_call=True,
+    )
+    def click(data: Any, view: dict[str, float], trace_id: str) -> Any:
+        return details(services, trace_id, view, data)

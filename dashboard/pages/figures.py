@@ -1,0 +1,123 @@
+"""The dashboard's own figures (what-if and compare); the timeline and the summary charts come from
+``dashboard.timeline`` and ``dashboard.charts``, shared with the HTML report. Colours from the palette;
+trace text HTML-escaped before plotly sees it (plotly renders a subset of HTML in labels)."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+
+from analyzer.analysis import Analysis
+from analyzer.model import LaneKind
+from analyzer.names import EventKind
+from analyzer.replay import Replay
+from dashboard import palette
+from dashboard.timeline import lod
+
+Doc = dict[str, Any]
+_ROWS_MAX_ITEMS = 600
+
+
+def _base(fig: go.Figure, title: str, height: int) -> go.Figure:
+    fig.update_layout(
+        title={"text": html.escape(title), "font": {"size": 14}, "x": 0, "xanchor": "left"},
+        height=height,
+        margin={"l": 10, "r": 10, "t": 40, "b": 40},
+        font={"family": palette.FONT_FAMILY, "size": 12, "color": palette.TEXT},
+        plot_bgcolor=palette.BACKGROUND,
+        paper_bgcolor=palette.BACKGROUND,
+    )
+    fig.update_xaxes(gridcolor=palette.GRID, zeroline=False)
+    fig.update_yaxes(gridcolor=palette.GRID, zeroline=False, automargin=True)
+    return fig
+
+
+def whatif_bars(doc: Doc, scenarios: list[str]) -> go.Figure:
+    """Predicted wall time of the chosen scenarios next to the recorded one (ms)."""
+    w = {r["scenario"]: r for r in doc["whatif"]}
+    recorded = float(doc["summary"]["wall_us"])
+    base = recorded + 0.0
+    if w:
+        first = next(iter(w.values()))
+        base = first["predicted_wall_us"] + first["saving_us"]  # the unchanged replay
+    names = ["as recorded"] + [s for s in scenarios if s in w]
+    values = [base / 1000] + [w[s]["predicted_wall_us"] / 1000 for s in names[1:]]
+    colours = [palette.MUTED] + [palette.DEVICE for _ in names[1:]]
+    text = [f"{v:,.2f} ms" for v in values]
+    fig = go.Figure(go.Bar(x=values, y=names, orientation="h", marker={"color": colours}, text=text))
+    fig.update_yaxes(autorange="reversed")
+    fig.update_xaxes(title={"text": "predicted wall time (ms)"})
+    return _base(fig, "What-if: predicted time per scenario", 80 + 40 * len(names))
+
+
+def retimed_figure(a: Analysis, before: Replay, after: Replay, label: str) -> go.Figure:
+    """Each device stream twice, as recorded and as re-timed by the replay (``after``), over the window;
+    short activities merged to screen resolution with the timeline's own level-of-detail merge."""
+    g = a.graph
+    assert g is not None
+    start, end = a.window.start_us, max(a.window.end_us, float(after.end_us), float(before.end_us))
+    kinds = a.model.events.kind[g.act_event]
+    fig = go.Figure()
+    labels: list[str] = []
+    for lane in a.model.lanes:
+        if lane.kind != LaneKind.STREAM:
+            continue
+        on = np.flatnonzero(g.act_lane == lane.id)
+        if not len(on):
+            continue
+        for which, rp in (("recorded", before), (label, after)):
+            s, e = rp.act_start[on], rp.act_end[on]
+            inside = (e > start) & (s < end)
+            keys = [EventKind(int(k)).name.lower() for k in kinds[on][inside]]
+            groups = lod(s[inside], e[inside], keys, start, end, _ROWS_MAX_ITEMS)
+            y = len(labels)
+            labels.append(f"{lane.label} · {which}")
+            colours = [palette.event_color(keys[int(r)]) for r in groups.rep]
+            fig.add_trace(
+                go.Bar(
+                    orientation="h",
+                    base=(groups.start - start) / 1000,
+                    x=(groups.end - groups.start) / 1000,
+                    y=[y] * len(groups.start),
+                    marker={"color": colours, "line": {"width": 0}},
+                    showlegend=False,
+                    hovertemplate=f"{html.escape(labels[-1])}<br>%{{base:.3f}} ms, %{{x:.3f}} ms long<extra></extra>",
+                )
+            )
+    for x, text in ((before.end_us, "recorded end"), (after.end_us, f"{label} end")):
+        fig.add_vline(x=(x - start) / 1000, line={"color": palette.SYNC, "dash": "dot"}, annotation_text=text)
+    fig.update_layout(barmode="overlay")
+    fig.update_yaxes(
+        tickvals=list(range(len(labels))), ticktext=[html.escape(t) for t in labels], autorange="reversed"
+    )
+    fig.update_xaxes(title={"text": "ms from the window start"})
+    return _base(fig, f"Device streams, recorded and re-timed ({label})", 120 + 28 * max(1, len(labels)))
+
+
+def step_distributions(a: Doc, b: Doc, names: tuple[str, str]) -> go.Figure:
+    """Per-step wall time, device busy and host sync wait of two traces as box plots (ms)."""
+    fig = go.Figure()
+    for doc, name, colour in ((a, names[0], palette.MUTED), (b, names[1], palette.DEVICE)):
+        for key, label in (
+            ("dur_us", "step wall"),
+            ("device_busy_us", "device busy"),
+            ("host_sync_wait_us", "sync wait"),
+        ):
+            values = [s[key] / 1000 for s in doc["steps"]]
+            fig.add_trace(
+                go.Box(
+                    y=values,
+                    x=[label] * len(values),
+                    name=html.escape(name),
+                    legendgroup=name,
+                    showlegend=key == "dur_us",
+                    marker={"color": colour},
+                    boxpoints="outliers",
+                )
+            )
+    fig.update_layout(boxmode="group")
+    fig.update_yaxes(title={"text": "ms per step"})
+    return _base(fig, "Per-step distributions", 360)

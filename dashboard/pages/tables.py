@@ -1,0 +1,246 @@
+"""Syncs, gaps and steps pages: the analysis JSON's lists as sortable tables with filters.
+
+``sync_rows``, ``gap_rows`` and ``step_rows`` are the callbacks' bodies: pure functions of the analysis
+JSON and the filter values. Times are shown in ms from the window start; call sites as text.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+from dash import Dash, Input, Output, State, dcc, html
+
+from dashboard.pages.common import Doc, data_table, site_text, trace_nav
+from dashboard.services import Services
+from dashboard.store import Entry, StoreError
+
+
+class Ids(str, Enum):
+    TRACE = "tables-trace"
+    SYNC_KIND = "syncs-kind"
+    SYNC_AVOIDABLE = "syncs-avoidable"
+    SYNC_MIN_WAIT = "syncs-min-wait"
+    SYNC_TABLE = "syncs-table"
+    GAP_CAUSE = "gaps-cause"
+    GAP_MIN_DUR = "gaps-min-dur"
+    GAP_TABLE = "gaps-table"
+    STEP_SEARCH = "steps-search"
+    STEP_TABLE = "steps-table"
+    COUNT = "tables-count"
+
+
+def _num(cid: str, name: str, fmt: str = ",.3f") -> dict[str, Any]:
+    return {"id": cid, "name": name, "type": "numeric", "format": {"specifier": fmt}}
+
+
+SYNC_COLUMNS = [
+    _num("at_ms", "at (ms)"),
+    {"id": "kind", "name": "kind"},
+    {"id": "api", "name": "api"},
+    {"id": "op", "name": "op"},
+    _num("wait_ms", "host wait (ms)"),
+    _num("bubble_ms", "device idle charged (ms)"),
+    {"id": "avoidable", "name": "avoidable"},
+    {"id": "reason", "name": "reason"},
+    {"id": "site", "name": "call site"},
+]
+GAP_COLUMNS = [
+    {"id": "device", "name": "GPU", "type": "numeric"},
+    _num("at_ms", "at (ms)"),
+    _num("dur_ms", "idle (ms)"),
+    {"id": "cause", "name": "cause"},
+    {"id": "detail", "name": "detail"},
+    {"id": "site", "name": "call site"},
+]
+STEP_COLUMNS = [
+    {"id": "name", "name": "step"},
+    _num("at_ms", "at (ms)"),
+    _num("dur_ms", "wall (ms)"),
+    _num("busy_ms", "device busy (ms)"),
+    _num("idle_ms", "device idle (ms)"),
+    _num("wait_ms", "host sync wait (ms)"),
+]
+
+
+def sync_rows(
+    doc: Doc, kinds: list[str] | None, avoidable_only: bool, min_wait_us: float | None
+) -> list[dict[str, Any]]:
+    t0 = doc["window"]["start_us"]
+    out = []
+    for s in doc["syncs"]:
+        if kinds and s["kind"] not in kinds:
+            continue
+        if avoidable_only and not s["avoidable"]:
+            continue
+        if min_wait_us and s["wait_us"] < min_wait_us:
+            continue
+        out.append(
+            {
+                "at_ms": (s["start_us"] - t0) / 1000,
+                "kind": s["kind"],
+                "api": s["api"],
+                "op": s.get("op") or "",
+                "wait_ms": s["wait_us"] / 1000,
+                "bubble_ms": s["bubble_us"] / 1000,
+                "avoidable": "yes" if s["avoidable"] else "no",
+                "reason": ", ".join(s.get("reason") or []),
+                "site": site_text(s.get("call_site")),
+            }
+        )
+    return out
+
+
+def gap_rows(doc: Doc, causes: list[str] | None, min_dur_us: float | None) -> list[dict[str, Any]]:
+    t0 = doc["window"]["start_us"]
+    return [
+        {
+            "device": g["device"],
+            "at_ms": (g["start_us"] - t0) / 1000,
+            "dur_ms": g["dur_us"] / 1000,
+            "cause": g["cause"],
+            "detail": g.get("detail") or "",
+            "site": site_text(g.get("call_site")),
+        }
+        for g in doc["gaps"]
+        if (not causes or g["cause"] in causes) and not (min_dur_us and g["dur_us"] < min_dur_us)
+    ]
+
+
+def step_rows(doc: Doc, search: str | None) -> list[dict[str, Any]]:
+    t0 = doc["window"]["start_us"]
+    needle = (search or "").strip().lower()
+    return [
+        {
+            "name": s["name"],
+            "at_ms": (s["start_us"] - t0) / 1000,
+            "dur_ms": s["dur_us"] / 1000,
+            "busy_ms": s["device_busy_us"] / 1000,
+            "idle_ms": s["device_idle_us"] / 1000,
+            "wait_ms": s["host_sync_wait_us"] / 1000,
+        }
+        for s in doc["steps"]
+        if needle in s["name"].lower()
+    ]
+
+
+def _table(tid: Ids, columns: list[dict[str, Any]], data: list[dict[str, Any]]) -> Any:
+    return data_table(id=tid.value, columns=columns, data=data, sort_action="native", page_size=100)
+
+
+def _page(entry: Entry, tab: str, controls: list[Any], table: Any, n: int) -> html.Div:
+    return html.Div(
+        [
+            trace_nav(entry, tab),
+            dcc.Store(id=Ids.TRACE.value, data=entry.id),
+            html.Div([*controls, html.Span(f"{n:,} rows", id=Ids.COUNT.value, style={"marginLeft": "12px"})]),
+            table,
+        ]
+    )
+
+
+def syncs_layout(services: Services, entry: Entry) -> html.Div:
+    doc = services.store.analysis(entry.id)
+    kinds = sorted({s["kind"] for s in doc["syncs"]})
+    controls = [
+        dcc.Dropdown(
+            kinds,
+            multi=True,
+            id=Ids.SYNC_KIND.value,
+            placeholder="kind",
+            style={"width": "320px", "display": "inline-block"},
+        ),
+        dcc.Checklist(
+            [{"label": " avoidable only", "value": "yes"}],
+            [],
+            id=Ids.SYNC_AVOIDABLE.value,
+            inline=True,
+            style={"display": "inline-block", "marginLeft": "10px"},
+        ),
+        dcc.Input(
+            id=Ids.SYNC_MIN_WAIT.value,
+            type="number",
+            min=0,
+            placeholder="min wait µs",
+            debounce=True,
+            style={"marginLeft": "10px"},
+        ),
+    ]
+    rows = sync_rows(doc, None, False, None)
+    return _page(entry, "/syncs", controls, _table(Ids.SYNC_TABLE, SYNC_COLUMNS, rows), len(rows))
+
+
+def gaps_layout(services: Services, entry: Entry) -> html.Div:
+    doc = services.store.analysis(entry.id)
+    causes = sorted({g["cause"] for g in doc["gaps"]})
+    controls = [
+        dcc.Dropdown(
+            causes,
+            multi=True,
+            id=Ids.GAP_CAUSE.value,
+            placeholder="cause",
+            style={"width": "320px", "display": "inline-block"},
+        ),
+        dcc.Input(
+            id=Ids.GAP_MIN_DUR.value,
+            type="number",
+            min=0,
+            placeholder="min idle µs",
+            debounce=True,
+            style={"marginLeft": "10px"},
+        ),
+    ]
+    rows = gap_rows(doc, None, None)
+    return _page(entry, "/gaps", controls, _table(Ids.GAP_TABLE, GAP_COLUMNS, rows), len(rows))
+
+
+def steps_layout(services: Services, entry: Entry) -> html.Div:
+    doc = services.store.analysis(entry.id)
+    controls = [dcc.Input(id=Ids.STEP_SEARCH.value, type="search", placeholder="step name", debounce=True)]
+    rows = step_rows(doc, None)
+    return _page(entry, "/steps", controls, _table(Ids.STEP_TABLE, STEP_COLUMNS, rows), len(rows))
+
+
+def _filtered(services: Services, trace_id: str, build: Any) -> tuple[Any, str]:
+    try:
+        rows = build(services.store.analysis(trace_id))
+    except StoreError as exc:
+        return [], str(exc)
+    return rows, f"{len(rows):,} rows"
+
+
+def register(app: Dash, services: Services) -> None:
+    @app.callback(
+        Output(Ids.SYNC_TABLE.value, "data"),
+        Output(Ids.COUNT.value, "children", allow_duplicate=True),
+        Input(Ids.SYNC_KIND.value, "value"),
+        Input(Ids.SYNC_AVOIDABLE.value, "value"),
+        Input(Ids.SYNC_MIN_WAIT.value, "value"),
+        State(Ids.TRACE.value, "data"),
+        prevent_initial_call=True,
+    )
+    def syncs(
+        kinds: list[str] | None, avoidable: list[str] | None, min_wait: float | None, trace_id: str
+    ) -> Any:
+        return _filtered(services, trace_id, lambda d: sync_rows(d, kinds, bool(avoidable), min_wait))
+
+    @app.callback(
+        Output(Ids.GAP_TABLE.value, "data"),
+        Output(Ids.COUNT.value, "children", allow_duplicate=True),
+        Input(Ids.GAP_CAUSE.value, "value"),
+        Input(Ids.GAP_MIN_DUR.value, "value"),
+        State(Ids.TRACE.value, "data"),
+        prevent_initial_call=True,
+    )
+    def gaps(causes: list[str] | None, min_dur: float | None, trace_id: str) -> Any:
+        return _filtered(services, trace_id, lambda d: gap_rows(d, causes, min_dur))
+
+    @app.callback(
+        Output(Ids.STEP_TABLE.value, "data"),
+        Output(Ids.COUNT.value, "children", allow_duplicate=True),
+        Input(Ids.STEP_SEARCH.value, "value"),
+        State(Ids.TRACE.value, "data"),
+        prevent_initial_call=True,
+    )
+    def steps(search: str | None, trace_id: str) -> Any:
+        return _filtered(services, trace_id, lambda d: step_rows(d, search))

@@ -1,0 +1,215 @@
+"""Traces page: drag-and-drop upload, a sortable and searchable table of the store, delete, compare two.
+
+Layout / callbacks split: ``layout`` builds the page, the ``on_*`` functions are the callbacks' bodies
+(plain functions of the services and the inputs, called directly by the tests), ``register`` wires them.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import time
+from enum import Enum
+from typing import Any
+
+from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
+
+from dashboard.pages.common import Shell, data_table
+from dashboard.services import Services
+from dashboard.store import Entry, StoreError
+from dashboard.unpack import BadUpload
+
+
+class Ids(str, Enum):
+    UPLOAD = "traces-upload"
+    UPLOAD_MESSAGE = "traces-upload-message"
+    SEARCH = "traces-search"
+    TABLE = "traces-table"
+    DELETE = "traces-delete"
+    COMPARE = "traces-compare"
+    MESSAGE = "traces-message"
+    TICK = "traces-tick"
+
+
+COLUMNS = [
+    {"id": "name", "name": "name"},
+    {"id": "uploaded", "name": "uploaded (UTC)"},
+    {"id": "status", "name": "status"},
+    {"id": "utilization", "name": "GPU utilization", "type": "numeric", "format": {"specifier": ".1%"}},
+    {"id": "bottleneck", "name": "bottleneck"},
+    {"id": "avoidable_syncs", "name": "avoidable syncs", "type": "numeric"},
+    {"id": "saving_ms", "name": "est. saving (ms)", "type": "numeric", "format": {"specifier": ",.2f"}},
+    {"id": "open", "name": "", "presentation": "markdown"},
+]
+
+
+def layout(services: Services) -> html.Div:
+    mb = services.max_upload_bytes >> 20
+    return html.Div(
+        [
+            dcc.Upload(
+                html.Div(
+                    [
+                        "Drop a trace here (.json, .json.gz, or a zipped/tarred bundle) or ",
+                        html.A("choose a file"),
+                        f" — up to {mb} MB; larger files: stallscope upload FILE --to URL",
+                    ]
+                ),
+                id=Ids.UPLOAD.value,
+                max_size=services.max_upload_bytes,
+                multiple=False,
+                style={
+                    "border": "2px dashed #9aa5b1",
+                    "borderRadius": "8px",
+                    "padding": "22px",
+                    "textAlign": "center",
+                    "marginBottom": "10px",
+                },
+            ),
+            html.Div(id=Ids.UPLOAD_MESSAGE.value),
+            html.Div(
+                [
+                    dcc.Input(id=Ids.SEARCH.value, type="search", placeholder="search names", debounce=True),
+                    html.Button("Delete selected", id=Ids.DELETE.value, style={"marginLeft": "8px"}),
+                    html.Button("Compare two selected", id=Ids.COMPARE.value, style={"marginLeft": "8px"}),
+                    html.Span(id=Ids.MESSAGE.value, style={"marginLeft": "12px"}),
+                ],
+                style={"margin": "8px 0"},
+            ),
+            data_table(
+                id=Ids.TABLE.value,
+                columns=COLUMNS,
+                data=rows(services.store.entries(), ""),
+                sort_action="native",
+                row_selectable="multi",
+                selected_rows=[],
+                page_size=50,
+                markdown_options={"link_target": "_self"},
+            ),
+            dcc.Interval(id=Ids.TICK.value, interval=2000),
+        ]
+    )
+
+
+def rows(entries: list[Entry], search: str | None) -> list[dict[str, Any]]:
+    """Table rows of the entries whose name contains ``search`` (case-insensitive). The name is a plain
+    text cell; the only markdown is the link, built from the id (32 hex digits)."""
+    needle = (search or "").strip().lower()
+    out = []
+    for e in entries:
+        if needle and needle not in e.name.lower():
+            continue
+        s = e.summary or {}
+        saving = s.get("est_saving_us")
+        out.append(
+            {
+                "id": e.id,
+                "name": e.name,
+                "uploaded": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(e.uploaded_at)),
+                "status": e.status.value if e.status.value != "error" else f"error: {e.error[:80]}",
+                "utilization": s.get("device_utilization"),
+                "bottleneck": s.get("bottleneck"),
+                "avoidable_syncs": s.get("avoidable_sync_count"),
+                "saving_ms": None if saving is None else saving / 1000,
+                "open": f"[open](/trace/{e.id})",
+            }
+        )
+    return out
+
+
+def on_upload(services: Services, contents: str | None, filename: str | None) -> tuple[Any, Any]:
+    """Store a ``dcc.Upload`` file (a base64 data URL) and queue its analysis; returns (message, new
+    pathname: the trace's page, where its progress shows)."""
+    if not contents:
+        return no_update, no_update
+    try:
+        _header, _, payload = contents.partition(",")
+        data = base64.b64decode(payload, validate=True)
+        entry = services.store.add(filename or "trace", io.BytesIO(data), services.max_upload_bytes)
+    except (binascii.Error, ValueError):
+        return _error("the upload is not a readable file"), no_update
+    except (BadUpload, StoreError) as exc:
+        return _error(f"{filename}: {exc}"), no_update
+    if services.worker is not None:
+        services.worker.submit(entry.id)
+    return html.Span(f"uploaded {entry.name}"), f"/trace/{entry.id}"
+
+
+def on_table(
+    services: Services,
+    trigger: str | None,
+    search: str | None,
+    selected: list[int] | None,
+    data: list[dict[str, Any]] | None,
+) -> tuple[list[dict[str, Any]], list[int], Any]:
+    """Refresh the table (tick, search) or delete the selected rows; returns (rows, selection, message)."""
+    note: Any = no_update
+    if trigger == Ids.DELETE.value:
+        ids = [data[i]["id"] for i in (selected or []) if data and i < len(data)]
+        if not ids:
+            note = "select traces to delete"
+        for trace_id in ids:
+            try:
+                services.store.delete(trace_id)
+            except StoreError as exc:
+                note = str(exc)
+        if ids and note is no_update:
+            note = f"deleted {len(ids)} trace{'s' * (len(ids) != 1)}"
+        selected = []
+    elif trigger != Ids.TICK.value:
+        selected = []
+    fresh = rows(services.store.entries(), search)
+    if trigger == Ids.TICK.value and data is not None and selected:
+        keep = {data[i]["id"] for i in selected if i < len(data)}
+        selected = [i for i, r in enumerate(fresh) if r["id"] in keep]
+    return fresh, selected or [], note
+
+
+def on_compare(selected: list[int] | None, data: list[dict[str, Any]] | None) -> tuple[Any, Any]:
+    """Two selected rows -> the compare page for them (first selected is 'before')."""
+    ids = [data[i]["id"] for i in (selected or []) if data and i < len(data)]
+    if len(ids) != 2:
+        return "select exactly two traces to compare", no_update
+    return no_update, f"/compare?a={ids[0]}&b={ids[1]}"
+
+
+def _error(text: str) -> html.Div:
+    return html.Div(text, className="stallscope-error", style={"color": "#b42318"})
+
+
+def register(app: Dash, services: Services) -> None:
+    @app.callback(
+        Output(Ids.UPLOAD_MESSAGE.value, "children"),
+        Output(Shell.URL.value, "href", allow_duplicate=True),
+        Input(Ids.UPLOAD.value, "contents"),
+        State(Ids.UPLOAD.value, "filename"),
+        prevent_initial_call=True,
+    )
+    def upload(contents: str | None, filename: str | None) -> tuple[Any, Any]:
+        return on_upload(services, contents, filename)
+
+    @app.callback(
+        Output(Ids.TABLE.value, "data"),
+        Output(Ids.TABLE.value, "selected_rows"),
+        Output(Ids.MESSAGE.value, "children"),
+        Input(Ids.TICK.value, "n_intervals"),
+        Input(Ids.SEARCH.value, "value"),
+        Input(Ids.DELETE.value, "n_clicks"),
+        State(Ids.TABLE.value, "selected_rows"),
+        State(Ids.TABLE.value, "data"),
+        prevent_initial_call=True,
+    )
+    def table(_t: Any, search: str | None, _d: Any, selected: list[int] | None, data: Any) -> tuple[Any, ...]:
+        return on_table(services, ctx.triggered_id, search, selected, data)
+
+    @app.callback(
+        Output(Ids.MESSAGE.value, "children", allow_duplicate=True),
+        Output(Shell.URL.value, "href", allow_duplicate=True),
+        Input(Ids.COMPARE.value, "n_clicks"),
+        State(Ids.TABLE.value, "selected_rows"),
+        State(Ids.TABLE.value, "data"),
+        prevent_initial_call=True,
+    )
+    def compare(_n: Any, selected: list[int] | None, data: Any) -> tuple[Any, Any]:
+        return on_compare(selected, data)

@@ -1,0 +1,23 @@
+"""What the API routes and the pages share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dashboard.live import LiveAnalyses
+from dashboard.store import Store
+from dashboard.worker import Worker
+
+
+@dataclass(frozen=True)
+class Services:
+    """The store, the analysis queue (None: uploads wait until a worker is attached), the typed analyses
+    the timeline needs, and the upload limit in bytes."""
+
+    store: Store
+    worker: Worker | None
+    max_upload_bytes: int
+    live: LiveAnalyses = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "live", LiveAnalyses(self.store))

@@ -1,0 +1,81 @@
+"""``stallscope dashboard`` (serve the Dash dashboard) and ``stallscope upload`` (send a trace to one)."""
+
+from __future__ import annotations
+
+import argparse
+
+from analyzer.errors import UsageError
+
+
+def configure_dashboard(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1: this machine only; 0.0.0.0 shares it on the network)",
+    )
+    p.add_argument("--port", type=int, default=8050, help="port (default 8050; 0 picks a free one)")
+    p.add_argument(
+        "--store",
+        metavar="DIR",
+        default=None,
+        help="folder of uploaded traces and their analyses (default ~/.local/share/stallscope/dashboard)",
+    )
+    p.add_argument(
+        "--max-upload-mb",
+        type=int,
+        default=512,
+        metavar="N",
+        help="largest upload accepted, in MB (default 512; larger requests are answered 413)",
+    )
+
+
+def run_dashboard(args: argparse.Namespace) -> int:
+    from dashboard.app import Running, create_app, open_services
+    from dashboard.worker import default_store_dir
+
+    if args.max_upload_mb <= 0:
+        raise UsageError(f"--max-upload-mb must be a positive number of MB, not {args.max_upload_mb}")
+    if not 0 <= args.port <= 65535:
+        raise UsageError(f"--port must be between 0 and 65535, not {args.port}")
+    store_dir = args.store or default_store_dir()
+    try:
+        services = open_services(store_dir, args.max_upload_mb)
+    except OSError as exc:
+        raise UsageError(f"--store {store_dir}: cannot use it ({exc.strerror or exc})") from None
+    try:
+        running = Running(create_app(services), args.host, args.port)
+    except OSError as exc:
+        raise UsageError(f"cannot listen on {args.host}:{args.port} ({exc.strerror or exc})") from None
+    print(f"stallscope dashboard: {running.url}  (store {store_dir}; Ctrl-C stops it)", flush=True)
+    try:
+        running.serve_forever()
+    finally:
+        if services.worker is not None:
+            services.worker.shutdown()
+    return 0
+
+
+def configure_upload(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", help="trace (.json, .json.gz), zip/tar bundle, or a bundle folder")
+    p.add_argument("--to", required=True, metavar="URL", help="the dashboard, like http://127.0.0.1:8050")
+    p.add_argument("--tag", action="append", default=[], help="tag the upload (repeatable)")
+    p.add_argument("--wait", action="store_true", help="wait for the analysis and print its headline numbers")
+
+
+def run_upload(args: argparse.Namespace) -> int:
+    from dashboard import client
+
+    answer = client.upload(args.file, args.to, tags=tuple(args.tag))
+    print(f"uploaded {args.file}: {answer.get('url')}")
+    if args.wait:
+        entry = client.wait(str(answer["id"]), args.to)
+        if entry.get("status") != "ready":
+            raise client.UploadError(
+                f"analysis {entry.get('status')}: {entry.get('error') or 'no reason given'}"
+            )
+        s = entry.get("summary") or {}
+        print(
+            f"  {s.get('bottleneck')}-bound, GPU utilization {s.get('device_utilization', 0):.1%}, "
+            f"{s.get('avoidable_sync_count')} avoidable syncs, est. saving {s.get('est_saving_us', 0) / 1000:.2f} ms"
+        )
+    return 0
