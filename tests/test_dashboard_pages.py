@@ -1,0 +1,237 @@
+"""The dashboard's pages and callbacks, called as plain functions over a real store (no server, no
+browser): GIVEN traces uploaded and analysed, WHEN a page renders or a callback runs, THEN it shows the
+analysis' own numbers."""
+
+from __future__ import annotations
+
+import base64
+import io
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dash import no_update
+
+from analyzer.replay import Scenario
+from dashboard.live import retimed
+from dashboard.pages import compare, explorer, overview, render, tables, traces, whatif
+from dashboard.pages import poll_pending as poll
+from dashboard.pages.common import Shell
+from dashboard.services import Services
+from dashboard.store import Status, Store
+from dashboard.worker import analyse_entry
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
+ITEM = SAMPLES / "item_in_loop.pt.trace.json.gz"
+CLEAN = SAMPLES / "clean_pipeline.pt.trace.json.gz"
+MB = 1 << 20
+
+
+def find(component: Any, cid: str) -> Any:
+    """The component with id ``cid`` anywhere in a layout tree (None when absent)."""
+    if getattr(component, "id", None) == cid:
+        return component
+    children = getattr(component, "children", None)
+    for child in children if isinstance(children, list | tuple) else [children]:
+        if child is not None and not isinstance(child, str | int | float):
+            hit = find(child, cid)
+            if hit is not None:
+                return hit
+    return None
+
+
+def texts(component: Any) -> list[str]:
+    """Every text child in a layout tree."""
+    if isinstance(component, str):
+        return [component]
+    children = getattr(component, "children", None)
+    out: list[str] = []
+    for child in children if isinstance(children, list | tuple) else [children]:
+        if child is not None:
+            out += texts(child)
+    return out
+
+
+def add(services: Services, path: Path, name: str | None = None) -> str:
+    entry = services.store.add(name or path.name, io.BytesIO(path.read_bytes()), 64 * MB)
+    assert analyse_entry(str(services.store.root), entry.id) == "ready"
+    return entry.id
+
+
+@pytest.fixture(scope="module")
+def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
+    yield Services(Store(tmp_path_factory.mktemp("store")), None, 64 * MB)
+
+
+@pytest.fixture(scope="module")
+def item(services: Services) -> str:
+    return add(services, ITEM)
+
+
+@pytest.fixture(scope="module")
+def clean(services: Services) -> str:
+    return add(services, CLEAN)
+
+
+def test_traces_page_lists_searches_and_never_renders_names_as_markup(services: Services, item: str) -> None:
+    hostile = add(services, ITEM, "<img src=x onerror=alert(1)>[x](javascript:alert(1)).json")
+    table = find(render(services, "/"), traces.Ids.TABLE.value)
+    by_id = {r["id"]: r for r in table.data}
+    doc = services.store.analysis(item)
+    assert by_id[item]["utilization"] == doc["summary"]["device_utilization"]
+    assert by_id[item]["avoidable_syncs"] == doc["summary"]["avoidable_sync_count"]
+    assert by_id[hostile]["name"] == "<img src=x onerror=alert(1)>[x](javascript:alert(1)).json"
+    markdown = [c["id"] for c in table.columns if c.get("presentation") == "markdown"]
+    assert markdown == ["open"] and by_id[hostile]["open"] == f"[open](/trace/{hostile})"
+    assert [r["id"] for r in traces.rows(services.store.entries(), "ONERROR")] == [hostile]
+    services.store.delete(hostile)
+
+
+def test_drag_and_drop_upload_stores_the_file_and_opens_its_page(services: Services) -> None:
+    contents = "data:application/gzip;base64," + base64.b64encode(ITEM.read_bytes()).decode()
+    note, href = traces.on_upload(services, contents, "dropped.json.gz")
+    entry = next(e for e in services.store.entries() if e.name == "dropped.json.gz")
+    assert href == f"/trace/{entry.id}" and entry.status is Status.PENDING
+    # while it waits, the page is a progress panel that polls; once analysed, the poll renders the page
+    page = render(services, href)
+    assert find(page, Shell.PENDING_TICK.value) is not None
+    text, content = poll(services, entry.id, href, "")
+    assert text == "waiting for the analysis to start…" and content is no_update
+    analyse_entry(str(services.store.root), entry.id)
+    text, content = poll(services, entry.id, href, "")
+    assert text == "analysis done" and find(content, overview.Ids.VERDICT.value) is not None
+    services.store.delete(entry.id)
+
+
+def test_a_bad_upload_is_a_message_in_the_page(services: Services) -> None:
+    note, href = traces.on_upload(services, "data:;base64,@@@", "x.json")
+    assert href is no_update and texts(note) == ["the upload is not a readable file"]
+    empty = "data:;base64," + base64.b64encode(b"").decode()
+    note, href = traces.on_upload(services, empty, "empty.json")
+    assert href is no_update and "empty" in texts(note)[0]
+    broken = services.store.add("broken.json", io.BytesIO(b"{nope"), MB)
+    analyse_entry(str(services.store.root), broken.id)
+    shown = texts(render(services, f"/trace/{broken.id}/timeline"))
+    assert len(shown) == 1 and shown[0].startswith("broken.json: broken.json:")
+    services.store.delete(broken.id)
+
+
+def test_delete_and_compare_buttons(services: Services, item: str, clean: str) -> None:
+    doomed = add(services, CLEAN, "doomed.json.gz")
+    data = traces.rows(services.store.entries(), "")
+    index = {r["id"]: i for i, r in enumerate(data)}
+    note, href = traces.on_compare([index[item], index[clean]], data)
+    assert href == f"/compare?a={item}&b={clean}"
+    assert traces.on_compare([index[item]], data)[1] is no_update
+    rows, selected, note = traces.on_table(services, traces.Ids.DELETE.value, "", [index[doomed]], data)
+    assert note == "deleted 1 trace" and doomed not in {r["id"] for r in rows} and selected == []
+
+
+def test_overview_shows_the_reports_verdict_and_every_finding(services: Services, item: str) -> None:
+    from dashboard.report import _verdict
+
+    doc = services.store.analysis(item)
+    page = render(services, f"/trace/{item}")
+    assert find(page, overview.Ids.VERDICT.value).children == _verdict(doc)["sentence"]
+    findings = find(page, overview.Ids.FINDINGS.value)
+    shown = " ".join(texts(findings))
+    assert len(doc["findings"]) > 0
+    for f in doc["findings"]:
+        assert f["title"] in shown and f["advice"] in shown
+    site = doc["findings"][0]["call_site"]
+    assert f"{site['file']}:{site['line']} in {site['function']}" in shown
+
+
+def test_timeline_zoom_asks_only_for_the_visible_range(services: Services, item: str) -> None:
+    doc = services.store.analysis(item)
+    view = explorer.full_view(doc)
+    page = render(services, f"/trace/{item}/timeline")
+    graph = find(page, explorer.Ids.GRAPH.value)
+    assert graph.figure.layout.xaxis.range[1] == pytest.approx((view["hi"] - view["lo"]) / 1000)
+    # drag-zoom to 1..2 ms of the range: the new figure starts at the window start + 1 ms
+    fig, new, status = explorer.on_view(
+        services, item, None, {"xaxis.range[0]": 1.0, "xaxis.range[1]": 2.0}, view
+    )
+    assert new["start"] == pytest.approx(view["lo"] + 1000) and new["end"] == pytest.approx(view["lo"] + 2000)
+    assert fig.layout.xaxis.range[1] == pytest.approx(1.0)
+    assert status.startswith("showing 1.00 ms to 2.00 ms")
+    # every drawn bar lies inside the visible range
+    for t in fig.data:
+        if t.type == "bar":
+            assert all(0 <= b <= 1.0 + 1e-9 for b in t.base)
+    back = explorer.next_view(new, None, {"xaxis.autorange": True})
+    assert back is not None and (back["start"], back["end"]) == (view["lo"], view["hi"])
+    out = explorer.next_view(new, explorer.Ids.ZOOM_OUT.value, None)
+    assert out is not None and out["end"] - out["start"] == pytest.approx(2000)
+    assert explorer.on_view(services, item, None, {"autosize": True}, view) == (no_update,) * 3
+
+
+def test_clicking_a_sync_mark_shows_its_call_site(services: Services, item: str) -> None:
+    doc = services.store.analysis(item)
+    view = explorer.full_view(doc)
+    sync = doc["syncs"][0]
+    click = {"points": [{"x": (sync["start_us"] - view["start"]) / 1000, "y": 1.58}]}
+    panel = explorer.details(services, item, view, click)
+    shown = texts(panel)
+    assert shown[0].startswith(f"sync ({sync['kind']}")
+    site = sync["call_site"]
+    assert f"{site['file']}:{site['line']} in {site['function']}" in shown
+
+
+def test_syncs_gaps_and_steps_filters(services: Services, item: str) -> None:
+    doc = services.store.analysis(item)
+    assert len(tables.sync_rows(doc, None, False, None)) == len(doc["syncs"])
+    avoidable = tables.sync_rows(doc, None, True, None)
+    assert len(avoidable) == doc["summary"]["avoidable_sync_count"] and all(
+        r["avoidable"] == "yes" for r in avoidable
+    )
+    long_wait = max(s["wait_us"] for s in doc["syncs"])
+    assert len(tables.sync_rows(doc, None, False, long_wait)) == sum(
+        s["wait_us"] >= long_wait for s in doc["syncs"]
+    )
+    causes = {g["cause"] for g in doc["gaps"]}
+    one = sorted(causes)[0]
+    assert len(tables.gap_rows(doc, [one], None)) == sum(g["cause"] == one for g in doc["gaps"])
+    assert [r["name"] for r in tables.step_rows(doc, "#3")] == [
+        s["name"] for s in doc["steps"] if "#3" in s["name"]
+    ]
+    page = render(services, f"/trace/{item}/syncs")
+    assert len(find(page, tables.Ids.SYNC_TABLE.value).data) == len(doc["syncs"])
+
+
+def test_whatif_predicted_times_and_the_retimed_end(services: Services, item: str) -> None:
+    doc = services.store.analysis(item)
+    fig, rows = whatif.on_pick(services, item, ["no_avoidable_syncs", "device_2x"])
+    predicted = {r["scenario"]: r["predicted_wall_us"] for r in doc["whatif"]}
+    assert list(fig.data[0].x[1:]) == [predicted["no_avoidable_syncs"] / 1000, predicted["device_2x"] / 1000]
+    assert [r["scenario"] for r in rows] == [whatif.LABELS["no_avoidable_syncs"], whatif.LABELS["device_2x"]]
+    a = services.live.get(item)
+    after = retimed(a, Scenario.NO_AVOIDABLE_SYNCS)
+    assert after.end_us - a.window.start_us == pytest.approx(predicted["no_avoidable_syncs"])
+    graph = whatif.on_retime(services, item, "no_avoidable_syncs")
+    assert len(graph.figure.data) >= 2  # each stream: recorded and re-timed
+
+
+def test_compare_headline_and_finding_deltas(services: Services, item: str, clean: str) -> None:
+    a, b = services.store.analysis(item), services.store.analysis(clean)
+    rows = {r["metric"]: r for r in compare.headline_rows(a, b)}
+    wall_a, wall_b = a["summary"]["wall_us"], b["summary"]["wall_us"]
+    assert rows["wall time"]["verdict"] == ("better" if wall_b < wall_a else "worse")
+    assert rows["avoidable syncs"]["change"].startswith(
+        f"{b['summary']['avoidable_sync_count'] - a['summary']['avoidable_sync_count']:+,}"
+    )
+    findings = compare.finding_rows(a, b)
+    gone = {r["finding"] for r in findings if r["change"] == "gone"}
+    titles_b = {f["title"] for f in b["findings"]}
+    assert gone == {f["title"] for f in a["findings"]} - titles_b and gone
+    page = render(services, "/compare", f"?a={item}&b={clean}")
+    assert find(page, compare.Ids.A.value).value == item
+    assert "Per-step distributions" in str(find(page, compare.Ids.RESULT.value).to_plotly_json())
+
+
+def test_unknown_pages_and_ids_are_messages(services: Services) -> None:
+    assert texts(render(services, "/nowhere")) == ["no page at /nowhere"]
+    assert texts(render(services, "/trace/../../etc/passwd")) == ["no page at /trace/../../etc/passwd"]
+    assert texts(render(services, f"/trace/{'0' * 32}")) == [f"no trace with id '{'0' * 32}'"]
+    assert "pick a 'before'" in texts(render(services, "/compare", "?a=zzz"))[-1]
