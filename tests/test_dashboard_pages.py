@@ -90,7 +90,7 @@ def test_traces_page_lists_searches_and_never_renders_names_as_markup(services: 
 
 def test_drag_and_drop_upload_stores_the_file_and_opens_its_page(services: Services) -> None:
     contents = "data:application/gzip;base64," + base64.b64encode(ITEM.read_bytes()).decode()
-    note, href = traces.on_upload(services, contents, "dropped.json.gz")
+    _note, href = traces.on_upload(services, contents, "dropped.json.gz")
     entry = next(e for e in services.store.entries() if e.name == "dropped.json.gz")
     assert href == f"/trace/{entry.id}" and entry.status is Status.PENDING
     # while it waits, the page is a progress panel that polls; once analysed, the poll renders the page
