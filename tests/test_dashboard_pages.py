@@ -121,9 +121,10 @@ def test_delete_and_compare_buttons(services: Services, item: str, clean: str) -
     doomed = add(services, CLEAN, "doomed.json.gz")
     data = traces.rows(services.store.entries(), "")
     index = {r["id"]: i for i, r in enumerate(data)}
-    note, href = traces.on_compare([index[item], index[clean]], data)
+    note, href = traces.on_compare(1, [index[item], index[clean]], data)
     assert href == f"/compare?a={item}&b={clean}"
-    assert traces.on_compare([index[item]], data)[1] is no_update
+    assert traces.on_compare(1, [index[item]], data)[1] is no_update
+    assert traces.on_compare(None, [index[item], index[clean]], data) == (no_update, no_update)
     rows, selected, note = traces.on_table(services, traces.Ids.DELETE.value, "", [index[doomed]], data)
     assert note == "deleted 1 trace" and doomed not in {r["id"] for r in rows} and selected == []
 

@@ -35,7 +35,7 @@ def _base(fig: go.Figure, title: str, height: int) -> go.Figure:
     return fig
 
 
-def whatif_bars(doc: Doc, scenarios: list[str]) -> go.Figure:
+def whatif_bars(doc: Doc, scenarios: list[str], labels: dict[str, str]) -> go.Figure:
     """Predicted wall time of the chosen scenarios next to the recorded one (ms)."""
     w = {r["scenario"]: r for r in doc["whatif"]}
     recorded = float(doc["summary"]["wall_us"])
@@ -47,7 +47,8 @@ def whatif_bars(doc: Doc, scenarios: list[str]) -> go.Figure:
     values = [base / 1000] + [w[s]["predicted_wall_us"] / 1000 for s in names[1:]]
     colours = [palette.MUTED] + [palette.DEVICE for _ in names[1:]]
     text = [f"{v:,.2f} ms" for v in values]
-    fig = go.Figure(go.Bar(x=values, y=names, orientation="h", marker={"color": colours}, text=text))
+    shown = [labels.get(n, n) for n in names]
+    fig = go.Figure(go.Bar(x=values, y=shown, orientation="h", marker={"color": colours}, text=text))
     fig.update_yaxes(autorange="reversed")
     fig.update_xaxes(title={"text": "predicted wall time (ms)"})
     return _base(fig, "What-if: predicted time per scenario", 80 + 40 * len(names))

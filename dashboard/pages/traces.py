@@ -166,8 +166,12 @@ def on_table(
     return fresh, selected or [], note
 
 
-def on_compare(selected: list[int] | None, data: list[dict[str, Any]] | None) -> tuple[Any, Any]:
+def on_compare(
+    clicks: int | None, selected: list[int] | None, data: list[dict[str, Any]] | None
+) -> tuple[Any, Any]:
     """Two selected rows -> the compare page for them (first selected is 'before')."""
+    if not clicks:  # the page was just drawn, nobody clicked
+        return no_update, no_update
     ids = [data[i]["id"] for i in (selected or []) if data and i < len(data)]
     if len(ids) != 2:
         return "select exactly two traces to compare", no_update
@@ -211,5 +215,5 @@ def register(app: Dash, services: Services) -> None:
         State(Ids.TABLE.value, "data"),
         prevent_initial_call=True,
     )
-    def compare(_n: Any, selected: list[int] | None, data: Any) -> tuple[Any, Any]:
-        return on_compare(selected, data)
+    def compare(clicks: int | None, selected: list[int] | None, data: Any) -> tuple[Any, Any]:
+        return on_compare(clicks, selected, data)

@@ -50,7 +50,7 @@ def rows(doc: Doc, scenarios: list[str]) -> list[dict[str, Any]]:
 def on_pick(services: Services, trace_id: str, scenarios: list[str] | None) -> tuple[Any, Any]:
     doc = services.store.analysis(trace_id)
     chosen = list(scenarios or [])
-    return figures.whatif_bars(doc, chosen), rows(doc, chosen)
+    return figures.whatif_bars(doc, chosen, LABELS), rows(doc, chosen)
 
 
 def on_retime(services: Services, trace_id: str, scenario: str | None) -> Any:

@@ -1,0 +1,71 @@
+"""The dashboard in headless Debian chromium: start it, upload a trace through the page's drop zone, see
+the overview and the timeline draw, zoom (a server round-trip), open the compare page; no console errors.
+
+Skips when chromium is absent unless ``STALLSCOPE_REQUIRE_BROWSER=1`` (see ``tests/_browser.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from _browser import Browser, start_browser
+
+from dashboard.app import Running, create_app, open_services
+
+ITEM = Path(__file__).resolve().parent.parent / "sample_traces" / "item_in_loop.pt.trace.json.gz"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with start_browser() as b:
+        yield b
+
+
+@pytest.fixture
+def dashboard(tmp_path: Path) -> Iterator[str]:
+    services = open_services(tmp_path / "store", max_upload_mb=16)  # analysis in a child process
+    running = Running(create_app(services), "127.0.0.1", 0).start()
+    try:
+        yield running.url
+    finally:
+        running.stop()
+        assert services.worker is not None
+        services.worker.shutdown()
+
+
+def test_upload_overview_timeline_zoom_compare(browser: Browser, dashboard: str) -> None:
+    browser.open(dashboard + "/")
+    browser.wait_for("return document.querySelector('#traces-upload input[type=file]')", timeout=30)
+    browser.driver.find_element("css selector", "#traces-upload input[type=file]").send_keys(str(ITEM))
+    # the upload opens the trace's page: progress first, then the overview once the worker is done
+    browser.wait_for("return location.pathname.startsWith('/trace/')", timeout=30)
+    verdict = browser.wait_for(
+        "const v = document.querySelector('#overview-verdict'); return v && v.textContent", timeout=90
+    )
+    assert "-bound" in verdict
+    assert browser.js("return document.querySelectorAll('#overview-findings li').length") > 0
+    trace_path = browser.js("return location.pathname")
+
+    browser.driver.find_element("link text", "Timeline").click()
+    bars = "return document.querySelectorAll('#explorer-graph .trace.bars path').length"
+    assert browser.wait_for(bars, timeout=60) > 0
+    before = browser.js("return document.querySelector('#explorer-status').textContent")
+    assert before.startswith("showing 0.0 µs to ")
+    browser.js(
+        "const g = document.querySelector('#explorer-graph .js-plotly-plot');"
+        "Plotly.relayout(g, {'xaxis.range': [1, 2]});"
+    )
+    after = browser.wait_for(
+        "const s = document.querySelector('#explorer-status').textContent;"
+        "return s.startsWith('showing 1.00 ms to 2.00 ms') && s",
+        timeout=30,
+    )
+    assert "items" in after
+    assert browser.wait_for(bars, timeout=30) > 0
+    assert browser.js("return location.pathname") == trace_path + "/timeline"
+
+    browser.driver.find_element("link text", "Compare…").click()
+    browser.wait_for("return document.querySelector('#compare-a')", timeout=30)
+    assert browser.console_errors() == []
