@@ -81,7 +81,8 @@ SEVERITY_COLORS: Mapping[str, str] = MappingProxyType({"high": SYNC, "medium": I
 
 #: Page and chart chrome shared by report and dashboard.
 FONT_FAMILY = (
-    "-apple-system, BlinkMacSystemFont, 'Segoe UI', Roboto, 'Helvetica Neue', Arial, 'Noto Sans', sans-serif"
+    "-apple-system, BlinkMacSystemFont, 'Segoe UI', Roboto, 'Helvetica Neue', Arial, 'Noto Sans', "
+    "'Liberation Sans', 'DejaVu Sans', sans-serif"
 )
 MONO_FAMILY = "ui-monospace, SFMono-Regular, Menlo, Consolas, 'DejaVu Sans Mono', monospace"
 TEXT = "#1f2933"

@@ -32,7 +32,7 @@ from analyzer.names import EventKind
 from analyzer.sites import call_site
 from dashboard import palette
 
-DEFAULT_MAX_ITEMS = 800  # per row: about one item per two pixels of a laptop-width plot
+DEFAULT_MAX_ITEMS = 400  # per row: one item per ~3 pixels of a laptop-width plot
 _MAX_ANCESTORS = 512  # the same bound the call-site walk uses
 
 
@@ -340,6 +340,7 @@ def lod(start: F64, end: F64, keys: list[str], lo: float, hi: float, bins: int) 
 
 
 _ROW_PX = 26
+_BAR_HALF = 0.39  # half a row's height
 _LEGEND = {
     **{k: f"critical: {k}" for k in palette.KINDS},
     **{c: f"idle: {c}" for c in palette.CAUSES},
@@ -374,7 +375,9 @@ def _fmt_us(us: float) -> str:
 
 def figure(sl: TimelineSlice, title: str = "") -> go.Figure:
     """Plotly figure of a slice: one horizontal bar trace per colour, rows top to bottom as extracted,
-    x in milliseconds from the slice start, syncs as markers, steps as dotted boundaries."""
+    x in milliseconds from the slice start, syncs as markers, steps as dotted boundaries. Each bar costs
+    the browser an SVG element: the item budget of ``extract`` is what keeps a big report quick to open
+    (filled polygons draw no faster in plotly once they carry hover points)."""
     origin = sl.start_us
     ypos = {r.key: i for i, r in enumerate(sl.rows)}
     traces: dict[str, dict[str, list[object]]] = {}
@@ -387,8 +390,8 @@ def figure(sl: TimelineSlice, title: str = "") -> go.Figure:
             group, colour = _colour(r.kind, key)
             colours[group] = colour
             t = traces.setdefault(group, {"x": [], "base": [], "y": [], "text": []})
-            t["x"].append(max(e - s, 0.0) / 1000)
-            t["base"].append((s - origin) / 1000)
+            t["x"].append(round(max(e - s, 0.0) / 1000, 6))
+            t["base"].append(round((s - origin) / 1000, 6))
             t["y"].append(ypos[r.key])
             t["text"].append(_hover(name, s, e, origin, site))
     fig = go.Figure()
@@ -400,7 +403,7 @@ def figure(sl: TimelineSlice, title: str = "") -> go.Figure:
                 x=t["x"],
                 base=t["base"],
                 y=t["y"],
-                width=0.78,
+                width=2 * _BAR_HALF,
                 marker={"color": colours[group], "line": {"width": 0}},
                 hovertext=t["text"],
                 hovertemplate="%{hovertext}<extra></extra>",
@@ -451,6 +454,7 @@ def _layout(fig: go.Figure, sl: TimelineSlice, title: str) -> None:
     fig.update_layout(
         title={"text": html.escape(title), "font": {"size": 14}, "x": 0, "xanchor": "left"},
         barmode="overlay",
+        hovermode="closest",
         height=max(160, 70 + _ROW_PX * n + 60),
         margin={"l": 10, "r": 10, "t": 36, "b": 40},
         font={"family": palette.FONT_FAMILY, "size": 12, "color": palette.TEXT},
@@ -465,6 +469,7 @@ def _layout(fig: go.Figure, sl: TimelineSlice, title: str) -> None:
             "gridcolor": palette.GRID,
             "zeroline": False,
             "side": "top",
+            "tickformat": ",~r",
         },
         yaxis={
             "tickvals": list(range(n)),

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import stallscope.dashboard_cmd as dashboard_cmd
 from analyzer.errors import StallscopeError, UsageError
-from stallscope import __version__, profile_cmd
+from stallscope import __version__, profile_cmd, report_cmd
 
 
 @dataclass(frozen=True)
@@ -168,6 +168,7 @@ COMMANDS: tuple[Command, ...] = (
         profile_cmd.configure,
         profile_cmd.run,
     ),
+    Command("report", "write a standalone HTML report of a trace", report_cmd.configure, report_cmd.run),
 )
 
 

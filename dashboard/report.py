@@ -1,0 +1,332 @@
+"""The standalone HTML report: one self-contained file that renders an ``Analysis`` and says what to fix.
+
+The report renders the analyzer's result only (DESIGN.md §1): the verdict, findings, syncs, what-if and
+pipeline numbers are read from the analysis JSON (``analyzer.output.to_json``), the timelines from
+``dashboard.timeline.extract`` and the charts from ``dashboard.charts``. Nothing is recomputed.
+
+Trace text is hostile. The template is rendered by Jinja with autoescape on; figures and data are embedded
+as JSON with ``|tojson`` (which escapes ``<``, ``>``, ``&`` and ``'``) inside ``<script
+type="application/json">`` blocks and handed to plotly by a fixed script; no markup is ever built from a
+trace string. Plotly renders a subset of HTML in labels, so the figure builders escape trace text too.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import plotly.graph_objects as go
+from markupsafe import Markup
+from plotly.offline import get_plotlyjs, get_plotlyjs_version
+
+from analyzer.analysis import Analysis
+from analyzer.output import to_json
+from dashboard import charts, palette, timeline
+
+Progress = Callable[[str], None]
+Doc = dict[str, Any]
+
+_SCENARIOS = {
+    "no_avoidable_syncs": "remove the avoidable syncs",
+    "no_syncs": "remove every sync (the work stays)",
+    "device_2x": "device twice as fast",
+    "host_2x": "host twice as fast",
+    "input_overlapped": "overlap data loading with compute",
+}
+_VERDICT = {
+    "device": "device-bound: the GPU is the critical resource",
+    "host": "host-bound: the host did not feed the GPU fast enough",
+    "input": "input-bound: data loading held the loop back",
+    "sync": "sync-bound: the host kept waiting for the GPU",
+    "launch": "launch-bound: launch latency dominates",
+    "idle": "stalled: the critical path is mostly idle waiting",
+}
+_PLOT_CONFIG = {"displaylogo": False, "responsive": True, "modeBarButtonsToRemove": ["select2d", "lasso2d"]}
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    cdn: bool = False  # load plotly.js from its CDN instead of inlining it (small file, needs a network)
+    max_items_per_lane: int = timeline.DEFAULT_MAX_ITEMS  # timeline level of detail
+    max_sync_rows: int = 200  # sync groups listed (the costliest)
+
+
+def ms(us: float) -> str:
+    return f"{us / 1000:,.2f} ms" if abs(us) >= 1000 else f"{us:,.1f} µs"
+
+
+def render(analysis: Analysis, options: ReportOptions | None = None, progress: Progress | None = None) -> str:
+    """The report of ``analysis`` as one HTML document (plotly.js inlined unless ``options.cdn``)."""
+    opts = options or ReportOptions()
+    say = progress or (lambda _msg: None)
+    say("report: collecting the analysis")
+    doc = to_json(analysis)
+    say("report: drawing the timelines")
+    timelines = [
+        {"id": f"timeline-{i}", "title": title, "figure": _fig(timeline.figure(sl, title))}
+        for i, (title, sl) in enumerate(_timeline_slices(analysis, opts.max_items_per_lane))
+    ]
+    say("report: drawing the charts")
+    figures = {
+        "idle": _fig(charts.idle_by_cause(doc)),
+        "critical": _fig(charts.critical_by_kind(doc)),
+        "steps": _fig(charts.steps_stacked(doc)),
+        "pipeline": _fig(charts.pipeline(doc)),
+    }
+    context = {
+        "title": Path(doc["source"]["path"]).name or doc["source"]["path"],
+        "doc": doc,
+        "summary_doc": _summary_doc(doc),
+        "verdict": _verdict(doc),
+        "findings": _findings(doc),
+        "syncs": _sync_groups(doc, opts.max_sync_rows),
+        "whatif": _whatif(analysis, doc),
+        "pipeline": doc["pipeline"],
+        "source": _source(analysis, doc, opts),
+        "timelines": timelines,
+        "figures": figures,
+        "plot_config": _PLOT_CONFIG,
+        "palette": {"causes": dict(palette.CAUSE_COLORS), "kinds": dict(palette.KIND_COLORS)},
+        "colors": {"text": palette.TEXT, "muted": palette.MUTED, "grid": palette.GRID, "sync": palette.SYNC},
+        "font": palette.FONT_FAMILY,
+        "mono": palette.MONO_FAMILY,
+        "severity": dict(palette.SEVERITY_COLORS),
+        "plotly_cdn": f"https://cdn.plot.ly/plotly-{get_plotlyjs_version()}.min.js" if opts.cdn else None,
+        "plotly_js": None if opts.cdn else _plotly_js(),
+        "ms": ms,
+    }
+    say("report: writing the page")
+    return _environment().get_template("report.html.j2").render(context)
+
+
+def write(
+    analysis: Analysis,
+    path: str | Path,
+    options: ReportOptions | None = None,
+    progress: Progress | None = None,
+) -> int:
+    """Render and write the report; returns its size in bytes. ``OSError`` is the caller's to report."""
+    text = render(analysis, options, progress)
+    data = text.encode("utf-8")
+    Path(path).write_bytes(data)
+    return len(data)
+
+
+@cache
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("dashboard", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+@cache
+def _plotly_js() -> Markup:
+    js = get_plotlyjs()
+    # plotly.min.js holds no "</script"; make sure it never ends the script element it is inlined in
+    return Markup(js.replace("</script", "<\\/script"))
+
+
+def _fig(fig: go.Figure | None) -> Any:
+    """A figure as plain JSON data (plotly's encoder handles numpy); embedded later with ``|tojson``."""
+    return None if fig is None else json.loads(fig.to_json())
+
+
+def _timeline_slices(a: Analysis, max_items: int) -> list[tuple[str, timeline.TimelineSlice]]:
+    """A representative step (median duration) and the worst (longest); without steps, the window."""
+    m = a.model
+    if not a.steps:
+        return [
+            (
+                "Timeline of the whole trace (no profiled steps)",
+                timeline.extract(m, a, a.window.start_us, a.window.end_us, max_items),
+            )
+        ]
+    durs = [s.dur_us for s in a.steps]
+    median = statistics.median_low(durs)
+    rep = next(s for s in a.steps if s.dur_us == median)
+    worst = max(a.steps, key=lambda s: s.dur_us)
+    picks = [(f"Representative step: {rep.name} ({ms(rep.dur_us)}, the median)", rep)]
+    if worst is not rep:
+        picks.append((f"Worst step: {worst.name} ({ms(worst.dur_us)}, the longest)", worst))
+    elif len(a.steps) == 1:
+        picks = [(f"The profiled step: {rep.name} ({ms(rep.dur_us)})", rep)]
+    return [
+        (title, timeline.extract(m, a, s.start_us, s.start_us + s.dur_us, max_items)) for title, s in picks
+    ]
+
+
+def _summary_doc(doc: Doc) -> Doc:
+    """The analysis JSON without its long lists (segments, gaps, syncs, lanes): embedded in the report
+    for scripts and tests that want the numbers behind the page."""
+    out = {k: doc[k] for k in ("schema", "window", "summary", "devices", "findings", "steps", "whatif")}
+    out |= {k: doc[k] for k in ("pipeline", "idle_by_cause_us", "per_rank")}
+    out["source"] = {k: v for k, v in doc["source"].items() if k != "lanes"}
+    cp = doc["critical_path"] or {}
+    out["critical_path"] = {k: v for k, v in cp.items() if k != "segments"}
+    return out
+
+
+def _verdict(doc: Doc) -> Doc:
+    """One sentence and three numbers: utilization, idle (by cause), best estimated saving."""
+    s = doc["summary"]
+    wall = float(s["wall_us"]) or 1.0
+    idle_us = float(s["device_idle_us"])
+    idle = sorted(((v, c) for c, v in doc["idle_by_cause_us"].items() if v > 0), reverse=True)
+    best = _best_saving(doc)
+    saving = float(s["est_saving_us"] or 0.0)
+    if not doc["devices"]:
+        sentence = (
+            "CPU-only profile: no kernels, copies or memsets ran on a device, so nothing waited on a GPU."
+        )
+    else:
+        verdict = _VERDICT.get(s["bottleneck"] or "", "no verdict: the critical path is empty")
+        sentence = f"{verdict[0].upper()}{verdict[1:]}. The device was busy {s['device_utilization']:.0%} of {ms(wall)}"
+        if idle:
+            sentence += (
+                f"; the largest cause of idle time was {idle[0][1]} ({ms(idle[0][0])} of {ms(idle_us)})"
+            )
+        if best and saving > 0:
+            sentence += f"; to {_SCENARIOS[best['scenario']]} could save about {ms(saving)}."
+        else:
+            sentence += "; removing avoidable syncs or overlapping input would not make it faster."
+    gaps = sum(v for v, _c in idle)
+    return {
+        "sentence": sentence,
+        "bottleneck": s["bottleneck"],
+        "utilization": s["device_utilization"],
+        "idle_us": idle_us,
+        "idle": [
+            {
+                "cause": c,
+                "us": v,
+                "share": v / idle_us if idle_us > 0 else 0.0,
+                "color": palette.cause_color(c),
+            }
+            for v, c in idle
+        ],
+        "small_gaps_us": max(idle_us - gaps, 0.0),
+        "saving_us": saving,
+        "saving_share": saving / wall,
+        "saving_scenario": _SCENARIOS.get(best["scenario"], "") if best else "",
+        "wall_us": wall,
+    }
+
+
+def _best_saving(doc: Doc) -> Doc | None:
+    """The realistic scenario behind ``summary.est_saving_us``: no avoidable syncs or overlapped input."""
+    real = [w for w in doc["whatif"] if w["scenario"] in ("no_avoidable_syncs", "input_overlapped")]
+    return max(real, key=lambda w: w["saving_us"]) if real else None
+
+
+def _site(site: Doc | None) -> str:
+    return f"{site['file']}:{site['line']} in {site['function']}" if site else ""
+
+
+def _findings(doc: Doc) -> list[Doc]:
+    return [
+        {
+            "rank": i,
+            "rule": f["rule"],
+            "severity": f["severity"],
+            "color": palette.SEVERITY_COLORS.get(f["severity"], palette.UNKNOWN),
+            "title": f["title"],
+            "site": _site(f["call_site"]),
+            "count": f["count"],
+            "time_us": f["time_us"],
+            "est_saving_us": f["est_saving_us"],
+            "advice": f["advice"],
+        }
+        for i, f in enumerate(doc["findings"], 1)
+    ]
+
+
+def _sync_groups(doc: Doc, limit: int) -> Doc:
+    """Syncs grouped by (kind, call site, api, avoidable): count, total wait and bubble, costliest first."""
+    groups: dict[tuple[str, str, str, bool], Doc] = {}
+    for s in doc["syncs"]:
+        where = _site(s["call_site"]) or (s["op"] or "")
+        key = (s["kind"], where, s["api"], bool(s["avoidable"]))
+        g = groups.setdefault(
+            key,
+            {
+                "kind": s["kind"],
+                "site": where,
+                "api": s["api"],
+                "avoidable": bool(s["avoidable"]),
+                "reasons": [],
+                "count": 0,
+                "wait_us": 0.0,
+                "bubble_us": 0.0,
+            },
+        )
+        g["count"] += 1
+        g["wait_us"] += s["wait_us"]
+        g["bubble_us"] += s["bubble_us"]
+        g["reasons"] = sorted(set(g["reasons"]) | set(s["reason"]))
+    rows = sorted(groups.values(), key=lambda g: -(g["wait_us"] + g["bubble_us"]))
+    return {"rows": rows[:limit], "groups": len(rows), "total": len(doc["syncs"])}
+
+
+def _whatif(a: Analysis, doc: Doc) -> Doc:
+    recorded = a.whatif.replayed_wall_us if a.whatif else float(doc["window"]["dur_us"])
+    rows = [
+        {
+            "scenario": w["scenario"],
+            "label": _SCENARIOS.get(w["scenario"], w["scenario"]),
+            "predicted_wall_us": w["predicted_wall_us"],
+            "saving_us": w["saving_us"],
+            "share": w["saving_us"] / recorded if recorded > 0 else 0.0,
+        }
+        for w in doc["whatif"]
+    ]
+    return {"recorded_us": recorded, "rows": rows}
+
+
+def _source(a: Analysis, doc: Doc, opts: ReportOptions) -> Doc:
+    src = doc["source"]
+    devices = []
+    for d in a.model.devices:
+        props = d.properties
+        extra = []
+        if "computeMajor" in props:
+            extra.append(f"compute {props.get('computeMajor')}.{props.get('computeMinor', 0)}")
+        if isinstance(props.get("totalGlobalMem"), int):
+            extra.append(f"{props['totalGlobalMem'] / 2**30:.0f} GiB")
+        devices.append({"id": d.id, "name": d.name, "detail": ", ".join(extra)})
+    run = a.sidecar.run if a.sidecar is not None else {}
+    versions = {k: str(run[k]) for k in ("torch", "cuda", "python", "device") if run.get(k)}
+    return {
+        "path": src["path"],
+        "format": src["format"],
+        "events": src["events"],
+        "ranks": src["ranks"],
+        "rank": src["rank"],
+        "devices": devices,
+        "versions": versions,
+        "command": _command(run.get("argv")),
+        "git_commit": str(run.get("git_commit") or ""),
+        "window": doc["window"],
+        "steps": len(doc["steps"]),
+        "min_gap_us": a.options.min_gap_us,
+        "max_items": opts.max_items_per_lane,
+        "skipped": src["skipped"],
+        "notes": src["notes"],
+        "unlinked": src["unlinked_device_events"],
+    }
+
+
+def _command(argv: object) -> str:
+    """The profiled command line from the sidecar (a list of strings; anything else is shown as text)."""
+    if isinstance(argv, list):
+        return " ".join(str(a) for a in argv)
+    return "" if argv is None else str(argv)

@@ -1,0 +1,78 @@
+"""``stallscope report TRACE|BUNDLE [-o report.html] [--cdn]``: one self-contained HTML report.
+
+Loads and analyses the trace as ``stallscope analyze`` does, then renders ``dashboard.report``. Errors are
+raised as ``StallscopeError`` for ``stallscope.cli.main`` to report (one line, exit code 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from analyzer.errors import UsageError
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("trace", help="trace file (.json, .json.gz), folder of rank files, or stallscope bundle")
+    p.add_argument(
+        "-o", "--output", metavar="HTML", help="report file (default <trace name>.report.html here)"
+    )
+    p.add_argument(
+        "--cdn", action="store_true", help="load plotly.js from its CDN: a small file that needs a network"
+    )
+    p.add_argument(
+        "--rank", type=int, default=None, help="rank to report in a multi-rank folder (default: lowest)"
+    )
+    p.add_argument("--no-cache", action="store_true", help="parse the trace even if a cached model exists")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+
+
+def default_output(trace: str) -> Path:
+    """``<trace stem>.report.html`` in the current directory (``run.pt.trace.json.gz`` -> ``run.report.html``)."""
+    name = Path(trace.rstrip("/\\")).name or "trace"
+    for suffix in (".gz", ".json", ".trace", ".pt"):
+        name = name.removesuffix(suffix)
+    return Path(f"{name or 'trace'}.report.html")
+
+
+def _check_writable(out: Path) -> None:
+    """Fail before the (possibly long) analysis when the report cannot be written."""
+    folder = out.parent if str(out.parent) else Path(".")
+    if out.is_dir():
+        raise UsageError(f"-o {out}: is a folder; give a file name")
+    if not folder.is_dir():
+        raise UsageError(f"-o {out}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK) or (out.exists() and not os.access(out, os.W_OK)):
+        raise UsageError(f"-o {out}: cannot write there (permission denied)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from analyzer import cache
+    from analyzer.analysis import analyze
+    from analyzer.loader import load
+    from dashboard import report
+    from stallscope.progress import Progress
+
+    out = Path(args.output) if args.output else default_output(args.trace)
+    _check_writable(out)
+    progress = Progress(enabled=not args.quiet)
+    try:
+        traces = load(args.trace, use_cache=not args.no_cache, progress=progress)
+        if args.rank is not None and args.rank not in traces.ranks:
+            raise UsageError(
+                f"--rank {args.rank}: {args.trace} has ranks {', '.join(map(str, traces.ranks))}"
+            )
+        progress("analysing")
+        result = analyze(traces, args.rank)
+        try:
+            size = report.write(result, out, report.ReportOptions(cdn=args.cdn), progress)
+        except OSError as exc:
+            raise UsageError(f"-o {out}: cannot write ({exc.strerror or exc})") from None
+    finally:
+        progress.done()
+    print(f"stallscope: report written to {out} ({size / 1e6:.1f} MB)")
+    sys.stdout.flush()
+    cache.wait()
+    return 0

@@ -1,0 +1,232 @@
+"""The HTML report's structure on builder scenarios: sections, findings, call sites, and numbers that
+match the JSON analysis. Hostile trace text stays text. (The browser tests are test_browser_report.py.)"""
+
+from __future__ import annotations
+
+import json
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from analyzer.analysis import Analysis, analyze
+from analyzer.loader import load
+from analyzer.output import to_json
+from collector import scenarios as sc
+from collector.scenario import Scenario
+from dashboard import report
+
+HOSTILE_KERNEL = "</script><script>alert('kernel')</script>"
+HOSTILE_OP = "aten::<img src=x onerror=alert(1)>"
+HOSTILE_FILE = "tr\"ain'<b>é中.py"
+HOSTILE_FUNC = "step<svg onload=alert(2)>"
+
+
+class Page(HTMLParser):
+    """Collects what the tests look at: elements by id and class, their attributes and text, and the
+    contents of every script element."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(convert_charrefs=True)
+        self.elements: list[tuple[str, dict[str, str], list[str]]] = []
+        self.scripts: list[tuple[dict[str, str], str]] = []
+        self._open: list[tuple[str, dict[str, str], list[str]]] = []
+        self._script: dict[str, str] | None = None
+        self._script_text: list[str] = []
+        self.feed(text)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {k: v or "" for k, v in attrs}
+        if tag == "script":
+            self._script, self._script_text = a, []
+            return
+        el = (tag, a, [])
+        self.elements.append(el)
+        if tag not in ("meta", "br", "link", "img", "input"):
+            self._open.append(el)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "script" and self._script is not None:
+            self.scripts.append((self._script, "".join(self._script_text)))
+            self._script = None
+            return
+        while self._open:
+            if self._open.pop()[0] == tag:
+                break
+
+    def handle_data(self, data: str) -> None:
+        if self._script is not None:
+            self._script_text.append(data)
+            return
+        for el in self._open:
+            el[2].append(data)
+
+    def by_id(self, ident: str) -> tuple[dict[str, str], str]:
+        for _tag, a, text in self.elements:
+            if a.get("id") == ident:
+                return a, " ".join("".join(text).split())
+        raise AssertionError(f"no element with id {ident!r}")
+
+    def by_class(self, cls: str) -> list[tuple[dict[str, str], str]]:
+        return [
+            (a, " ".join("".join(t).split()))
+            for _tag, a, t in self.elements
+            if cls in a.get("class", "").split()
+        ]
+
+    def json_script(self, ident: str) -> Any:
+        for a, text in self.scripts:
+            if a.get("id") == ident:
+                assert a.get("type") == "application/json"
+                return json.loads(text)
+        raise AssertionError(f"no JSON script {ident!r}")
+
+
+def analysed(s: Scenario, tmp_path: Path) -> Analysis:
+    return analyze(load(s.write(tmp_path / f"{s.name}.pt.trace.json.gz"), use_cache=False))
+
+
+@pytest.fixture(scope="module")
+def item_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Analysis, str]:
+    a = analysed(sc.item_in_loop(steps=4), tmp_path_factory.mktemp("item"))
+    return a, report.render(a, report.ReportOptions(cdn=True))
+
+
+def test_sections_appear_in_the_documented_order(item_report: tuple[Analysis, str]) -> None:
+    _a, text = item_report
+    ids = ["verdict", "findings", "timelines", "charts", "syncs", "whatif", "source"]
+    positions = [text.index(f'<section id="{i}"') for i in ids]
+    assert positions == sorted(positions)
+
+
+def test_verdict_numbers_are_the_analysis_numbers(item_report: tuple[Analysis, str]) -> None:
+    a, text = item_report
+    doc = to_json(a)
+    page = Page(text)
+    attrs, sentence = page.by_id("verdict")
+    s = doc["summary"]
+    assert attrs["data-bottleneck"] == s["bottleneck"]
+    assert float(attrs["data-utilization"]) == pytest.approx(s["device_utilization"], rel=1e-12)
+    assert float(attrs["data-idle-us"]) == pytest.approx(s["device_idle_us"], rel=1e-12)
+    assert float(attrs["data-saving-us"]) == pytest.approx(s["est_saving_us"], rel=1e-12)
+    assert f"{s['device_utilization']:.0%}" in sentence
+    _a, card = page.by_id("card-utilization")
+    assert card.startswith(f"Device utilization {s['device_utilization'] * 100:.0f}%")
+    causes = {a["data-cause"]: float(a["data-us"]) for _t, a, _x in page.elements if "data-cause" in a}
+    assert causes == {c: pytest.approx(v) for c, v in doc["idle_by_cause_us"].items() if v > 0}
+    assert page.json_script("stallscope-analysis")["summary"] == s
+
+
+def test_findings_are_listed_most_expensive_first_with_call_sites(item_report: tuple[Analysis, str]) -> None:
+    a, text = item_report
+    doc = to_json(a)
+    rows = Page(text).by_class("finding")
+    assert doc["findings"], "the scenario plants findings"
+    assert [r["data-rule"] for r, _t in rows] == [f["rule"] for f in doc["findings"]]
+    for (attrs, shown), f in zip(rows, doc["findings"], strict=True):
+        assert int(attrs["data-count"]) == f["count"]
+        assert float(attrs["data-time-us"]) == pytest.approx(f["time_us"], rel=1e-12)
+        assert float(attrs["data-saving-us"]) == pytest.approx(f["est_saving_us"], rel=1e-12)
+        assert f["title"] in shown and f["advice"] in shown
+        if f["call_site"]:
+            site = f"{f['call_site']['file']}:{f['call_site']['line']} in {f['call_site']['function']}"
+            assert site in shown
+    assert "train.py:42 in train_step" in " ".join(t for _a, t in rows)
+
+
+def test_syncs_whatif_and_pipeline_match_the_analysis(item_report: tuple[Analysis, str]) -> None:
+    a, text = item_report
+    doc = to_json(a)
+    page = Page(text)
+    _attrs, table = page.by_id("sync-table")
+    assert "scalar_read" in table and "train.py:42 in train_step" in table
+    counts = [int(cell["data-value"]) for cell, _text in page.by_class("count")]
+    assert sum(counts) == len(doc["syncs"]) == 5  # 4 x .item() and the final synchronize
+    shown = {
+        a["data-scenario"]: float(a["data-saving-us"]) for _t, a, _x in page.elements if "data-scenario" in a
+    }
+    assert shown == {w["scenario"]: pytest.approx(w["saving_us"]) for w in doc["whatif"]}
+    _a, numbers = page.by_id("pipeline-numbers")
+    assert f"n = {doc['pipeline']['batches']}" in numbers
+    assert report.ms(doc["pipeline"]["serial_us"]) in numbers
+
+
+def test_figures_are_embedded_as_json_and_the_timelines_show_a_median_and_the_worst_step(
+    item_report: tuple[Analysis, str],
+) -> None:
+    a, text = item_report
+    page = Page(text)
+    placeholders = [a_ for _t, a_, _x in page.elements if "data-figure" in a_]
+    assert len(placeholders) == 2 + 4  # two timelines, idle, critical, steps, pipeline
+    for p in placeholders:
+        fig = page.json_script(p["data-figure"])
+        assert fig["data"], p["id"]
+    titles = [page.json_script(f"timeline-{i}-data")["layout"]["title"]["text"] for i in range(2)]
+    durations = sorted(s.dur_us for s in a.steps)
+    assert titles[0].startswith("Representative step") and "median" in titles[0]
+    assert titles[1].startswith("Worst step") and report.ms(durations[-1]) in titles[1]
+    pipeline = page.json_script("chart-pipeline-data")
+    ends = [
+        max(b + x for b, x in zip(t["base"], t["x"], strict=True))
+        for t in pipeline["data"]
+        if t["name"] == "device compute (G)"
+    ]
+    doc = to_json(a)
+    assert max(ends) == pytest.approx(doc["pipeline"]["serial_us"] / 1000)
+
+
+def test_plotly_is_inlined_by_default_and_linked_with_cdn(tmp_path: Path) -> None:
+    a = analysed(sc.item_in_loop(steps=2), tmp_path)
+    inline = report.render(a)
+    linked = report.render(a, report.ReportOptions(cdn=True))
+    assert "<script src=" not in inline and len(inline) > 3_000_000
+    assert re.search(r'<script src="https://cdn\.plot\.ly/plotly-[\d.]+\.min\.js"', linked)
+    assert len(linked) < 400_000
+
+
+def test_a_trace_without_steps_gets_a_whole_window_timeline(tmp_path: Path) -> None:
+    s = Scenario("no_steps")
+    with s.py_frame("infer.py", 3, "run"):
+        for _ in range(3):
+            with s.op("aten::mm"):
+                s.launch("gemm_kernel", 200)
+        s.synchronize()
+    a = analysed(s, tmp_path)
+    assert not a.steps
+    page = Page(report.render(a, report.ReportOptions(cdn=True)))
+    title = page.json_script("timeline-0-data")["layout"]["title"]["text"]
+    assert title.startswith("Timeline of the whole trace")
+    assert not [a_ for _t, a_, _x in page.elements if a_.get("id") == "timeline-1"]
+    assert not [a_ for _t, a_, _x in page.elements if a_.get("id") == "chart-steps"]
+
+
+def hostile_scenario() -> Scenario:
+    s = Scenario("hostile")
+    with s.py_frame(HOSTILE_FILE, 7, HOSTILE_FUNC):
+        for _ in range(3):
+            with s.step():
+                with s.op(HOSTILE_OP):
+                    s.launch(HOSTILE_KERNEL, 300)
+                s.item(avoidable=True, reasons=("repeated",))
+        s.synchronize()
+    return s
+
+
+def test_hostile_trace_text_is_escaped_everywhere(tmp_path: Path) -> None:
+    a = analysed(hostile_scenario(), tmp_path)
+    text = report.render(a, report.ReportOptions(cdn=True))
+    # no trace string reaches the page as markup
+    for raw in ("<img src=x", "<svg onload", "alert('kernel')</script>", "<b>é"):
+        assert raw not in text
+    # the script elements are exactly the template's: the CDN loader, the JSON blocks and one script
+    page = Page(text)
+    kinds = [a_.get("type", "") for a_, _t in page.scripts]
+    assert kinds.count("") == 2 and all(k in ("", "application/json") for k in kinds)
+    # the names are still there, as text: in the sync table, the findings and the timeline's hover text
+    visible = " ".join("".join(t) for _tag, _a, t in page.elements)
+    assert f"{HOSTILE_FILE}:7 in {HOSTILE_FUNC}" in visible
+    hover = json.dumps(page.json_script("timeline-0-data"), ensure_ascii=False)
+    assert "&lt;/script&gt;&lt;script&gt;alert(&#x27;kernel&#x27;)&lt;/script&gt;" in hover
+    assert "é中" in hover
