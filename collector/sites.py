@@ -269,7 +269,12 @@ def _mode_class() -> type:
     return _MODE_CLASS
 
 
-_Key = tuple[CodeType, int, str, int]
+_Call = tuple[CodeType, int, str, int, int]  # code, line, op, OS thread id, time.time_ns()
+
+
+class _Guard(threading.local):
+    busy = False  # a wrapped call is running on this thread: calls made inside it are not recorded
+    tid = 0  # this thread's OS id, looked up once
 
 
 class SyncSiteRecorder:
@@ -280,7 +285,7 @@ class SyncSiteRecorder:
             raise ValueError(f"strategy must be 'mode' or 'patch', not {strategy!r}")
         self._strategy = strategy
         self._filter = _frame_filter()
-        self._times: dict[_Key, list[float]] = {}
+        self._log: list[_Call] = []  # one entry per recorded call; aggregated by ``records()``
         self._wrap_synchronize = wrap_synchronize
         self._patched: list[tuple[Any, str, Any, bool]] = []  # (owner, name, original, was in __dict__)
         self._mode: Any = None
@@ -319,28 +324,19 @@ class SyncSiteRecorder:
     # recording -------------------------------------------------------------------------------------------
     def _record(self, op: str, depth: int) -> None:
         """One call of ``op``; ``depth`` is the frame of the caller of the hooked function, counted from
-        this method's frame."""
-        t = (time.time_ns() - TRACE_BASE_NS) / 1000.0
+        this method's frame. (The ``patch`` strategy's wrappers inline this: see ``_call_wrapper``.)"""
+        t = time.time_ns()
         f: FrameType | None = sys._getframe(depth)
         cache = self._filter.cache
         while f is not None:
             code = f.f_code
-            k = cache.get(code)
-            if k is None:
-                k = self._filter.kind(code)
+            k = cache[code] if code in cache else self._filter.kind(code)
             if k == _USER:
-                break
+                self._log.append((code, f.f_lineno, op, threading.get_native_id(), t))
+                return
             if k == _OURS:
                 return
             f = f.f_back
-        else:
-            return
-        key = (code, f.f_lineno, op, threading.get_native_id())
-        times = self._times.get(key)
-        if times is None:
-            self._times[key] = [t]
-        else:
-            times.append(t)
 
     def _patch(self) -> None:
         import torch
@@ -366,7 +362,7 @@ class SyncSiteRecorder:
         import torch
         import torch.nn.functional as F
 
-        guard = threading.local()  # set while a wrapped call runs: calls made inside it are not recorded
+        guard = _Guard()
         targets: list[tuple[Any, str, str, _Pred | None]] = [
             (torch.Tensor, name, f"Tensor.{name}", pred) for name, pred in _TENSOR_METHODS.items()
         ]
@@ -381,16 +377,36 @@ class SyncSiteRecorder:
             self._patched.append((owner, name, original, own))
 
     def _call_wrapper(
-        self, original: Callable[..., Any], op: str, pred: _Pred | None, guard: threading.local
+        self, original: Callable[..., Any], op: str, pred: _Pred | None, guard: _Guard
     ) -> Callable[..., Any]:
-        record = self._record
+        """The wrapper of one sync-prone method. It is on the hot path of every such call, and inside the
+        profiled window torch's Python tracer records each Python frame and builtin call it makes (about
+        1 µs apiece), so the site lookup of ``_record`` is inlined here and the calls are kept to
+        the clock and the frame."""
+        log = self._log
+        kinds = self._filter.cache
+        classify = self._filter.kind
+        getframe, now, thread_id = sys._getframe, time.time_ns, threading.get_native_id
 
         @functools.wraps(original)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if getattr(guard, "busy", False):
+            nonlocal log  # ``log += ...`` extends the shared list in place (and is no traced call)
+            if guard.busy:
                 return original(*args, **kwargs)
             if pred is None or pred(args, kwargs or None):
-                record(op, 2)
+                t = now()
+                f: FrameType | None = getframe(1)
+                while f is not None:
+                    code = f.f_code
+                    k = kinds[code] if code in kinds else classify(code)
+                    if k == _USER:
+                        tid = guard.tid or thread_id()
+                        guard.tid = tid
+                        log += ((code, f.f_lineno, op, tid, t),)  # not a call: the tracer skips it
+                        break
+                    if k == _OURS:
+                        break
+                    f = f.f_back
             guard.busy = True
             try:
                 return original(*args, **kwargs)
@@ -419,15 +435,18 @@ class SyncSiteRecorder:
 
     # results ---------------------------------------------------------------------------------------------
     def clear(self) -> None:
-        self._times = {}
+        self._log.clear()  # the same list: the wrappers hold it
 
     def records(
         self, *, since_us: float | None = None, until_us: float | None = None
     ) -> list[dict[str, Any]]:
         """The sidecar's ``sync_sites``, ordered by first call. ``count`` and ``first_us`` cover every call;
         ``since_us``/``until_us`` (trace clock) keep only the ``times_us`` inside that span."""
+        grouped: dict[tuple[CodeType, int, str, int], list[float]] = {}
+        for code, line, op, tid, ns in list(self._log):
+            grouped.setdefault((code, line, op, tid), []).append((ns - TRACE_BASE_NS) / 1000.0)
         out: list[dict[str, Any]] = []
-        for (code, line, op, tid), times in list(self._times.items()):
+        for (code, line, op, tid), times in grouped.items():
             kept = [
                 t
                 for t in times

@@ -1,0 +1,205 @@
+"""Collector overhead: per-step wall time with no profiling, bare torch.profiler, and a stallscope session.
+
+    python benchmarks/bench_collector.py [--repeat 5] [--steps 30] [--workload train,decode]
+
+Targets (issue "collector"): sync-site capture and step timing add at most 5% over bare torch.profiler
+*inside* the profiled window, and at most 1% over no profiling *outside* it.
+
+How: each workload is one Python loop; every configuration runs the same loop in this process, one after
+the other, ``--repeat`` times (interleaved and in rotating order, so drift hits all alike). Each iteration is timed with
+``perf_counter``. An iteration is *inside* the window when a profiler is recording at its start and at
+its end (``torch.autograd._profiler_enabled()``), the same test for bare torch.profiler and for
+stallscope; *outside* when none is recording at either end and it is not one of the first two
+iterations (warm-up). The iteration during which a window closes (the trace export) is neither.
+
+- bare torch.profiler: ``torch.profiler.profile(activities=[CPU(, CUDA)], with_stack=True,
+  schedule=schedule(skip_first, wait=0, warmup, active, repeat=1))`` and ``prof.step()`` per iteration:
+  what a user would write by hand, with the options stallscope uses.
+- stallscope: ``stallscope.profile(...)`` with the same skip/warmup/steps (the optimizer hook finds the
+  training steps; the decode loop calls ``p.step()``): torch.profiler as above plus the step timer, the
+  optimizer hook and step wrapper, and the sync-site recorder during the window.
+
+The table gives the median iteration time of each configuration and the ratios the targets are about.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+import stallscope  # noqa: E402
+
+Step = Callable[[], None]
+SKIP, WARMUP = 3, 2
+
+
+def train_workload() -> tuple[Step, bool]:
+    """examples/item_logging.py's loop: a small MLP, SGD, ``loss.item()`` every step."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(256, 512), torch.randint(0, 10, (256,))
+    losses: list[float] = []
+
+    def step() -> None:
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+
+    return step, True
+
+
+def decode_workload() -> tuple[Step, bool]:
+    """examples/decode_readback.py's loop, 16 tokens per step: many small ops and 16 ``.item()`` each."""
+    torch.manual_seed(0)
+    embed, head = torch.nn.Embedding(1000, 256), torch.nn.Linear(256, 1000)
+    state = {"token": torch.tensor([1])}
+
+    def step() -> None:
+        with torch.no_grad():
+            for _ in range(16):
+                logits = head(torch.tanh(embed(state["token"])))
+                state["token"] = logits.argmax(dim=-1)
+                int(state["token"].item())
+
+    return step, False
+
+
+WORKLOADS = {"train": train_workload, "decode": decode_workload}
+
+
+Row = tuple[float, float, bool, bool]  # wall s, main-thread CPU s, recording at start, at end
+
+
+def _loop(step: Step, n: int, after: Callable[[], None] | None = None) -> list[Row]:
+    """Run ``n`` iterations, each timed in wall time and in the main thread's CPU time."""
+    enabled = torch.autograd._profiler_enabled
+    out = []
+    for _ in range(n):
+        on0 = enabled()
+        c0, t0 = time.thread_time(), time.perf_counter()
+        step()
+        if after is not None:
+            after()
+        t1, c1 = time.perf_counter(), time.thread_time()
+        out.append((t1 - t0, c1 - c0, on0, enabled()))
+    return out
+
+
+def run_plain(make: Callable[[], tuple[Step, bool]], n: int, active: int, tmp: Path) -> list:
+    step, _ = make()
+    return _loop(step, n)
+
+
+def run_bare(make: Callable[[], tuple[Step, bool]], n: int, active: int, tmp: Path) -> list:
+    step, _ = make()
+    acts = [torch.profiler.ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        acts.append(torch.profiler.ProfilerActivity.CUDA)
+    sched = torch.profiler.schedule(skip_first=SKIP, wait=0, warmup=WARMUP, active=active, repeat=1)
+    trace = tmp / "bare.pt.trace.json.gz"
+    with torch.profiler.profile(
+        activities=acts,
+        schedule=sched,
+        with_stack=True,
+        on_trace_ready=lambda p: p.export_chrome_trace(str(trace)),
+    ) as prof:
+        return _loop(step, n, prof.step)
+
+
+def run_stallscope(make: Callable[[], tuple[Step, bool]], n: int, active: int, tmp: Path) -> list:
+    step, has_optimizer = make()
+    with stallscope.profile(tmp / "bundle", skip=SKIP, warmup=WARMUP, steps=active) as p:
+        return _loop(step, n, None if has_optimizer else p.step)
+
+
+CONFIGS = {"none": run_plain, "torch.profiler": run_bare, "stallscope": run_stallscope}
+
+
+def classify(rows: list[Row]) -> tuple[list[Row], list[Row]]:
+    """(inside-window rows, outside-window rows) of one run, as the module docstring defines them."""
+    inside = [r for r in rows if r[2] and r[3]]
+    outside = [r for i, r in enumerate(rows) if i >= 2 and not r[2] and not r[3]]
+    return inside, outside
+
+
+Pooled = dict[str, tuple[list[Row], list[Row]]]
+
+
+def measure(workload: str, repeat: int, active: int) -> Pooled:
+    make = WORKLOADS[workload]
+    n = 2 + SKIP + WARMUP + active + active  # as many steps after the window as in it
+    pooled: Pooled = {c: ([], []) for c in CONFIGS}
+    _loop(make()[0], 5)  # warm torch's own caches once before anything is timed
+    names = list(CONFIGS)
+    for r in range(repeat):
+        for name in names[r % 3 :] + names[: r % 3]:  # rotate the order: no configuration always goes first
+            run = CONFIGS[name]
+            with tempfile.TemporaryDirectory() as tmp:
+                inside, outside = classify(run(make, n, active, Path(tmp)))
+            pooled[name][0].extend(inside)
+            pooled[name][1].extend(outside)
+            print(
+                f"  {workload} run {r + 1}/{repeat} {name}: {len(inside)} in, {len(outside)} out",
+                file=sys.stderr,
+            )
+    return pooled
+
+
+def _ms(rows: list[Row], col: int) -> float:
+    return statistics.median(r[col] for r in rows) * 1e3 if rows else float("nan")
+
+
+def table(results: dict[str, Pooled], col: int) -> str:
+    lines = [
+        "| workload | no profiling | torch.profiler, in window | stallscope, in window "
+        "| stallscope / torch.profiler in window (target <= 1.05) | stallscope, outside window "
+        "| stallscope outside / none (target <= 1.01) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for workload, pooled in results.items():
+        plain = _ms(pooled["none"][1], col)
+        bare_in = _ms(pooled["torch.profiler"][0], col)
+        ours_in, ours_out = _ms(pooled["stallscope"][0], col), _ms(pooled["stallscope"][1], col)
+        lines.append(
+            f"| {workload} | {plain:.3f} ms | {bare_in:.3f} ms | {ours_in:.3f} ms | {ours_in / bare_in:.3f} "
+            f"| {ours_out:.3f} ms | {ours_out / plain:.3f} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=5, help="runs of each configuration (default 5)")
+    ap.add_argument("--steps", type=int, default=30, help="profiled steps per run (default 30)")
+    ap.add_argument("--workload", default="train,decode", help="comma-separated: train, decode")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)  # steadier timings on a shared machine; the same for every configuration
+    names = [w for w in args.workload.split(",") if w]
+    unknown = [w for w in names if w not in WORKLOADS]
+    if unknown:
+        ap.error(f"unknown workload {', '.join(unknown)} (known: {', '.join(WORKLOADS)})")
+    results = {w: measure(w, args.repeat, args.steps) for w in names}
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU only"
+    print(f"torch {torch.__version__}, {device}, 1 intra-op thread, {args.repeat} runs x {args.steps} steps")
+    print("\nmedian step, main thread CPU time (what the collector adds; steady on a shared machine):")
+    print(table(results, 1))
+    print("\nmedian step, wall time:")
+    print(table(results, 0))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
