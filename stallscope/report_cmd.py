@@ -42,6 +42,8 @@ def _check_writable(out: Path) -> None:
     folder = out.parent if str(out.parent) else Path(".")
     if out.is_dir():
         raise UsageError(f"-o {out}: is a folder; give a file name")
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"-o {out}: {folder} is not a folder")
     if not folder.is_dir():
         raise UsageError(f"-o {out}: folder {folder} does not exist")
     if not os.access(folder, os.W_OK | os.X_OK) or (out.exists() and not os.access(out, os.W_OK)):

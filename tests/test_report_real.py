@@ -1,0 +1,58 @@
+"""The report of every real trace in ``../shared/traces`` (skipped when absent): it renders, its numbers
+are the analysis', and every stream with work in the drawn steps has a timeline row."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from analyzer.analysis import analyze
+from analyzer.loader import load
+from analyzer.model import LaneKind
+from dashboard import report
+
+pytestmark = pytest.mark.shared
+
+TRACES = [
+    "hta_a100_alexnet_cuda_sync.pt.trace.json.gz",
+    "hta_a100_item_event_sync.pt.trace.json.gz",
+    "hta_a100_multistream_event_sync.pt.trace.json.gz",
+    "hta_a100_nccl_2rank_rank0.pt.trace.json.gz",
+    "tracelens_b300_moe_small.pt.trace.json.gz",
+    "tracelens_h100_bert_small_pystack.pt.trace.json.gz",
+    "param_dlrm_v100_8rank",
+]
+
+
+def embedded(text: str, ident: str) -> object:
+    m = re.search(rf'<script type="application/json" id="{ident}">(.*?)</script>', text, re.S)
+    assert m, ident
+    return json.loads(m.group(1))
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_real_trace_report(name: str, shared_traces: Path) -> None:
+    traces = load(shared_traces / name, use_cache=False)
+    rank = traces.ranks[-1] if len(traces.ranks) > 1 else None
+    a = analyze(traces, rank)
+    text = report.render(a, report.ReportOptions(cdn=True))
+    doc = embedded(text, "stallscope-analysis")
+    assert isinstance(doc, dict)
+    assert doc["summary"]["device_utilization"] == pytest.approx(a.summary.device_utilization)
+    assert [f["rule"] for f in doc["findings"]] == [f.rule for f in a.findings]
+    assert text.count('class="finding"') == len(a.findings)
+    if rank is not None:
+        assert doc["source"]["rank"] == rank and f"rank {rank} of ranks" in text
+    fig = embedded(text, "timeline-0-data")
+    assert isinstance(fig, dict)
+    ticks = fig["layout"]["yaxis"]["ticktext"]
+    busy_streams = {
+        a.model.lanes[int(lane)].label for lane in set(a.model.events.lane[a.model.events.activity_mask()])
+    }
+    if not a.steps:  # the whole window is drawn: every stream with activity has its row
+        assert busy_streams <= set(ticks)
+    assert "critical path" in ticks
+    assert any(lane.kind == LaneKind.HOST and lane.label in ticks for lane in a.model.lanes)
