@@ -35,6 +35,11 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory", action="store_true", help="record memory allocations")
     p.add_argument("--no-analyze", action="store_true", help="write the bundle, do not print the verdict")
     p.add_argument(
+        "--upload",
+        metavar="URL",
+        help="send the bundle to a stallscope dashboard at URL (http://host:port) when the run ends",
+    )
+    p.add_argument(
         "program", nargs=argparse.REMAINDER, help="script.py [args...] or, with -m, module [args...]"
     )
 
@@ -65,15 +70,26 @@ def run(args: argparse.Namespace) -> int:
         return run_module(target, argv) if args.module else run_script(target, argv)
 
     rec = record(body, options, output, [target, *argv], program_dir, started)
-    _report(
-        rec.exit_code,
-        rec.bundle,
-        rec.capture.trace is not None,
-        rec.capture.mode,
-        rec.capture.steps_seen,
-        args,
-    )
+    traced = rec.capture.trace is not None
+    _report(rec.exit_code, rec.bundle, traced, rec.capture.mode, rec.capture.steps_seen, args)
+    if args.upload and traced:
+        uploaded = _upload(rec.bundle, args.upload)
+        if not uploaded and rec.exit_code == 0:
+            return 2  # the program succeeded, stallscope's part did not
     return rec.exit_code
+
+
+def _upload(bundle: Path, url: str) -> bool:
+    """Send the bundle to the dashboard; say where it can be seen, or why it could not be sent."""
+    from dashboard.client import upload
+
+    try:
+        answer = upload(bundle, url)
+    except StallscopeError as exc:
+        print(f"stallscope: error: upload to {url} failed: {exc}", file=sys.stderr)
+        return False
+    print(f"  uploaded  {answer.get('url') or answer.get('id')}")
+    return True
 
 
 def _check_script(path: str) -> str:
@@ -118,8 +134,9 @@ def _report(code: int, bundle: Path, traced: bool, mode: str, steps: int, args: 
         say("interrupted: the bundle holds what ran until then")
     if not traced:
         say(
-            f"the run made {steps} step(s), fewer than --skip {args.skip} + --warmup {args.warmup} + 1: "
-            "nothing was traced (step timing is in the sidecar); try --skip 0 --warmup 0"
+            f"the run made {steps} step(s), too few to reach the window (--skip {args.skip} + --warmup "
+            f"{args.warmup}, after the first step, or the first two with an optimizer): nothing was traced "
+            "(step timing is in the sidecar); try --skip 0 --warmup 0"
         )
     elif mode == "whole_run":
         say("no steps seen (no optimizer.step() or stallscope.step()): profiled the whole run")

@@ -411,3 +411,49 @@ def test_import_does_not_import_torch() -> None:
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_profile_upload_sends_the_bundle_to_a_dashboard(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dashboard import client
+    from dashboard.app import Running, create_app, open_services
+
+    # GIVEN a dashboard on a free localhost port
+    services = open_services(tmp_path / "store", max_upload_mb=16, processes=False)
+    running = Running(create_app(services), "127.0.0.1", 0).start()
+    try:
+        # WHEN a training loop is profiled with --upload
+        script = train_script(tmp_path, n=5)
+        out = tmp_path / "bundle"
+        code = main(["profile", "-o", str(out), "--no-analyze", *FAST, "--upload", running.url, str(script)])
+        stdout = capsys.readouterr().out
+        # THEN the bundle (trace and sidecar) reached the dashboard, which analysed it
+        assert code == 0
+        line = next(x for x in stdout.splitlines() if x.startswith("  uploaded  "))
+        trace_id = line.rsplit("/", 1)[-1]
+        assert line == f"  uploaded  {running.url}/trace/{trace_id}"
+        entry = client.wait(trace_id, running.url, timeout=120)
+        assert entry["status"] == "ready", entry
+        # AND an unreachable dashboard is one line on stderr and exit code 2 (the program itself passed)
+        assert (
+            main(
+                [
+                    "profile",
+                    "-o",
+                    str(out),
+                    *FAST,
+                    "--no-analyze",
+                    "--upload",
+                    "http://127.0.0.1:9",
+                    str(script),
+                ]
+            )
+            == 2
+        )
+        err = capsys.readouterr().err
+        assert "upload to http://127.0.0.1:9 failed" in err and "Traceback" not in err
+    finally:
+        running.stop()
+        assert services.worker is not None
+        services.worker.shutdown()
