@@ -1,0 +1,120 @@
+"""The HTML report in a real browser (headless Debian chromium): it draws, logs no errors, sorts, and
+runs no script from trace text. Skipped without chromium unless STALLSCOPE_REQUIRE_BROWSER=1."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from _browser import Browser, png_stats, start_browser
+
+from analyzer.analysis import Analysis, analyze
+from analyzer.loader import load
+from collector import scenarios as sc
+from collector.scenario import Scenario
+from dashboard import report
+
+DRAWN = "return document.body && document.body.getAttribute('data-drawn') === 'all'"
+PWNED = "window.__pwned = 1"
+HOSTILE = (
+    f'<img src=x onerror="{PWNED}">',
+    f"</script><script>{PWNED}; alert('x')</script>",
+    "k'\"<svg onload=alert(1)>ü中\u202e",
+)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with start_browser() as b:
+        yield b
+
+
+def write_report(a: Analysis, path: Path) -> Path:
+    report.write(a, path)  # plotly.js inlined: the browser needs no network
+    return path
+
+
+def analysed(s: Scenario, tmp_path: Path) -> Analysis:
+    return analyze(load(s.write(tmp_path / f"{s.name}.pt.trace.json.gz"), use_cache=False))
+
+
+def check_drawn(browser: Browser, page: Path, shot: Path) -> None:
+    """Open the report; every figure drew marks, nothing went to the console, the screenshot is a page."""
+    browser.open(page)
+    browser.wait_for(DRAWN, timeout=30)
+    assert browser.console_errors() == []
+    marks = browser.js(
+        """
+        const out = {};
+        for (const div of document.querySelectorAll('[data-figure]')) {
+          out[div.id] = div.querySelectorAll('.main-svg .point, .main-svg .trace path').length;
+        }
+        return out;"""
+    )
+    assert marks and all(n > 0 for n in marks.values()), marks
+    assert "timeline-0" in marks and "chart-idle" in marks and "chart-critical" in marks
+    stats = png_stats(browser, browser.screenshot(shot))
+    assert stats.colours > 40 and stats.non_background > 0.05, stats
+
+
+def test_scenario_report_draws_and_its_sync_table_sorts(browser: Browser, tmp_path: Path) -> None:
+    a = analysed(sc.item_in_loop(steps=4), tmp_path)
+    page = write_report(a, tmp_path / "item.html")
+    check_drawn(browser, page, tmp_path / "item.png")
+    # the timeline drew one bar per extracted item (the representative step: 6 kernels, a copy, ops...)
+    drawn, items = browser.js(
+        """
+        const div = document.getElementById('timeline-0');
+        const items = div.data.filter(t => t.type === 'bar').reduce((n, t) => n + t.x.length, 0);
+        return [div.querySelectorAll('.barlayer .point').length, items];"""
+    )
+    assert drawn == items > 20
+    # clicking "host wait" sorts the sync groups by their wait, descending on the second click
+    waits = (
+        "return [...document.querySelectorAll('#sync-table tbody tr')].map(r => +r.cells[4].dataset.value)"
+    )
+    header = "document.querySelectorAll('#sync-table th')[4].click()"
+    browser.js(header)
+    ascending = browser.js(waits)
+    browser.js(header)
+    descending = browser.js(waits)
+    assert ascending == sorted(ascending) and descending == sorted(ascending, reverse=True)
+    assert len(ascending) == 2  # the four .item() calls at one site, and the final synchronize
+
+
+def test_real_trace_report_draws(browser: Browser, shared_traces: Path, tmp_path: Path) -> None:
+    a = analyze(load(shared_traces / "tracelens_h100_bert_small_pystack.pt.trace.json.gz", use_cache=False))
+    check_drawn(browser, write_report(a, tmp_path / "bert.html"), tmp_path / "bert.png")
+
+
+def test_hostile_names_render_as_text_and_run_nothing(browser: Browser, tmp_path: Path) -> None:
+    s = Scenario("hostile")
+    with s.py_frame(f"x{HOSTILE[0]}.py", 3, HOSTILE[2]):  # a frame name may not start with "<"
+        for _ in range(2):
+            with s.step():
+                with s.op(HOSTILE[2]):
+                    s.launch(HOSTILE[1], 300)
+                s.item(avoidable=True, reasons=("repeated",))
+    page = write_report(analysed(s, tmp_path), tmp_path / "hostile.html")
+    browser.open(page)
+    assert browser.dialog_text() is None
+    browser.wait_for(DRAWN, timeout=30)
+    assert browser.dialog_text() is None
+    assert browser.js("return window.__pwned === undefined")
+    assert browser.js("return document.querySelectorAll('main img, main svg image, main iframe').length") == 0
+    # the names are on the page as text (the sync table's call site)
+    body = browser.js("return document.body.innerText")
+    assert f"x{HOSTILE[0]}.py:3 in {HOSTILE[2]}" in body
+    # hovering the kernel shows its name as text in plotly's hover label, and runs nothing
+    shown = browser.js(
+        """
+        const div = document.getElementById('timeline-0');
+        const k = div.data.findIndex(t => t.name === 'kernel');
+        Plotly.Fx.hover(div, [{curveNumber: k, pointNumber: 0}]);
+        return div.querySelector('.hoverlayer').textContent;"""
+    )
+    assert HOSTILE[1] in shown
+    assert browser.js("return window.__pwned === undefined")
+    assert browser.dialog_text() is None
+    assert browser.console_errors() == []
