@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -27,6 +28,7 @@ from stallscope.cli import main  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["--skip", "0", "--warmup", "0", "--steps", "2"]
+PROFILE = [sys.executable, "-m", "stallscope", "profile"]
 
 TRAIN = """\
 import sys
@@ -457,3 +459,47 @@ def test_profile_upload_sends_the_bundle_to_a_dashboard(
         running.stop()
         assert services.worker is not None
         services.worker.shutdown()
+
+
+def test_real_sigint_writes_a_partial_bundle(tmp_path: Path) -> None:
+    # GIVEN a long inference loop run by `stallscope profile` in its own process
+    script = write(
+        tmp_path,
+        "forever.py",
+        """\
+        import time
+        import torch
+        import stallscope
+
+        w = torch.randn(64, 64)
+        for i in range(100000):
+            (w @ w).relu()
+            stallscope.step()
+            if i == 3:
+                print("in the window", flush=True)
+            time.sleep(0.01)
+        """,
+    )
+    out = tmp_path / "o"
+    proc = subprocess.Popen(
+        [*PROFILE, "-o", str(out), "--no-analyze", *FAST[:4], "--steps", "1000", str(script)],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "in the window"
+        # WHEN the user presses Ctrl-C
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    # THEN exit 130, one line saying so, and a bundle with the steps profiled until then
+    assert proc.returncode == 130, stderr
+    assert "interrupted: the bundle holds what ran until then" in stderr and "Traceback" not in stderr
+    names = step_names(out)
+    assert len(names) >= 3 and names[0] == "ProfilerStep#0"
+    assert read_sidecar(out)["run"]["exit_code"] == 130
