@@ -4,7 +4,6 @@ match the JSON analysis. Hostile trace text stays text. (The browser tests are t
 from __future__ import annotations
 
 import json
-import re
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -181,9 +180,21 @@ def test_plotly_is_inlined_by_default_and_linked_with_cdn(tmp_path: Path) -> Non
     a = analysed(sc.item_in_loop(steps=2), tmp_path)
     inline = report.render(a)
     linked = report.render(a, report.ReportOptions(cdn=True))
-    assert "<script src=" not in inline and len(inline) > 3_000_000
-    assert re.search(r'<script src="https://cdn\.plot\.ly/plotly-[\d.]+\.min\.js"', linked)
-    assert len(linked) < 400_000
+    assert "<script src=" not in inline and "plotly.js (basic - minified) v" in inline
+    version = report.plotly_version()
+    assert f'<script src="https://cdn.jsdelivr.net/npm/plotly.js-basic-dist-min@{version}/' in linked
+    assert len(inline) - len(linked) > 1_000_000 and len(linked) < 400_000
+
+
+def test_every_figure_uses_only_trace_types_of_the_vendored_bundle(item_report: tuple[Analysis, str]) -> None:
+    _a, text = item_report
+    page = Page(text)
+    types = {
+        t.get("type", "scatter")
+        for a_ in (a_ for _t, a_, _x in page.elements if "data-figure" in a_)
+        for t in page.json_script(a_["data-figure"])["data"]
+    }
+    assert types and types <= report.BUNDLE_TRACE_TYPES
 
 
 def test_a_trace_without_steps_gets_a_whole_window_timeline(tmp_path: Path) -> None:

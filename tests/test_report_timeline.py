@@ -81,14 +81,21 @@ def test_a_step_range_clips_items_to_the_range(tmp_path: Path) -> None:
 
 
 def test_lod_merges_short_items_per_bin_and_key() -> None:
-    start = np.array([0.0, 1.0, 2.0, 50.0, 60.0, 61.0])
+    start = np.array([0.0, 1.0, 2.0, 50.0, 85.0, 86.0])
     end = start + np.array([0.5, 0.5, 0.5, 30.0, 0.5, 0.5])
     keys = ["a", "a", "b", "a", "a", "a"]
     g = lod(start, end, keys, 0.0, 100.0, bins=5)  # bins of 20 µs
-    # [0,1] merge (a, bin 0); 2 stays alone (b); 50 is long; [60, 61] merge (a, bin 3)
-    assert g.count.tolist() == [2, 1, 1, 2]
-    assert g.start.tolist() == [0.0, 2.0, 50.0, 60.0]
-    assert g.end.tolist() == [1.5, 2.5, 80.0, 61.5]
+    # [0, 1] merge (a, bin 0); 2 stays alone (b); 50 is long; [85, 86] merge (a, bin 4), and that item
+    # then joins the long one: the 5 µs between them is under half a bin (10 µs), invisible at this zoom
+    assert g.count.tolist() == [2, 1, 3]
+    assert g.start.tolist() == [0.0, 2.0, 50.0]
+    assert g.end.tolist() == [1.5, 2.5, 86.5]
+    assert g.rep.tolist()[2] == 3  # the longest event names the joined item
+    # a gap of half a bin or more keeps items apart
+    far = lod(
+        start + np.array([0, 0, 0, 0, 10, 10.0]), end + np.array([0, 0, 0, 0, 10, 10.0]), keys, 0.0, 100.0, 5
+    )
+    assert far.count.tolist() == [2, 1, 1, 2]
     # a row that fits the budget is left alone
     assert lod(start, end, keys, 0.0, 100.0, bins=6).count.tolist() == [1] * 6
 
