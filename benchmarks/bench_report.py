@@ -5,7 +5,8 @@ headless chromium, against reference pages.
 The trace is bench_load's: a real trace from ../shared/traces tiled end to end to at least --events
 events (../shared/tools/tile_trace.py, kept in benchmarks/_work). Rows:
 
-  plotly.js only       an empty page with plotly.js inlined: the floor every offline report pays
+  plotly.js basic only an empty page with the plotly.js bundle the report inlines: the floor it pays
+  plotly.js full only  the same with the full bundle of the plotly Python package (the usual way)
   small trace report   the report of the source trace itself
   1M-event report      the report of the tiled trace (plotly.js inlined, the default)
   1M-event --cdn       the same with --cdn: its size only (opening it needs a network)
@@ -85,19 +86,28 @@ def open_times(page: Path, repeat: int) -> dict[str, float]:
     }
 
 
-def floor_page(folder: Path) -> Path:
+def floor_pages(folder: Path) -> list[tuple[str, Path]]:
+    """Empty pages holding only plotly.js: the basic bundle the report inlines, and the full bundle the
+    plotly Python package ships (what a report built with ``fig.to_html`` would carry)."""
     from plotly.offline import get_plotlyjs
 
-    page = folder / "plotly-only.html"
-    page.write_text(f"<!DOCTYPE html><html><head><script>{get_plotlyjs()}</script></head><body></body></html>")
-    return page
+    from dashboard.report import _plotly_js
+
+    out = []
+    for name, js in (
+        ("plotly.js basic only (inlined by the report)", str(_plotly_js())),
+        ("plotly.js full only", get_plotlyjs()),
+    ):
+        page = folder / f"{name.split()[1]}.html"
+        page.write_text(f"<!DOCTYPE html><html><head><script>{js}</script></head><body></body></html>")
+        out.append((name, page))
+    return out
 
 
 def measure(source: Path, trace: Path, repeat: int, folder: Path) -> list[dict[str, Any]]:
     cache_home = folder / "cache"
     rows: list[dict[str, Any]] = []
-    page = floor_page(folder)
-    rows.append({"name": "plotly.js only", "page": page})
+    rows.extend({"name": name, "page": page} for name, page in floor_pages(folder))
     small = folder / "small.html"
     rows.append({"name": f"small trace report ({source.name})", "page": small})
     rows[-1]["make_cold_s"] = make_report(source, small, cache_home)
