@@ -6,8 +6,9 @@ time of each call on the trace clock (:mod:`collector.clock`).
 
 How: a :class:`torch.overrides.TorchFunctionMode` sees every tensor method and torch function; only the
 sync-prone ones (a dict lookup, plus a cheap argument check for ``to``/``copy_``/indexing/...) do any
-work. ``torch.cuda.synchronize``, ``torch.cuda.Stream.synchronize``, ``torch.cuda.Event.synchronize`` and
-``torch.accelerator.synchronize`` are not torch functions: they are wrapped while the recorder is active
+work. ``torch.cuda.synchronize``, ``torch.cuda.Stream.synchronize``, ``torch.cuda.Event.synchronize``,
+``torch.accelerator.synchronize`` and ``torch.cpu.synchronize`` (what device-agnostic code calls on a CPU:
+``torch.get_device_module(device).synchronize()``) are not torch functions: they are wrapped while the recorder is active
 and restored on exit (also after an exception).
 
 The site is the innermost frame outside torch, site-packages, the standard library and stallscope's own
@@ -346,6 +347,9 @@ class SyncSiteRecorder:
             (torch.cuda.Stream, "synchronize", "torch.cuda.Stream.synchronize"),
             (torch.cuda.Event, "synchronize", "torch.cuda.Event.synchronize"),
         ]
+        cpu = getattr(torch, "cpu", None)  # device-agnostic code calls torch.cpu.synchronize on a CPU
+        if cpu is not None and hasattr(cpu, "synchronize"):
+            targets.append((cpu, "synchronize", "torch.cpu.synchronize"))
         accelerator = getattr(torch, "accelerator", None)
         if accelerator is not None and hasattr(accelerator, "synchronize"):
             targets.append((accelerator, "synchronize", "torch.accelerator.synchronize"))

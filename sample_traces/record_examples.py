@@ -31,11 +31,7 @@ PLANTED: dict[str, tuple[str, str | None, int | None]] = {
     "mask_indexing": ("boolean-mask indexing `out[mask]`", "would_sync_data_dependent", 15),
     "decode_readback": ("each decoded token read back with `.item()`", "would_sync_scalar_read", 20),
     "pageable_copy": ("`non_blocking=True` copies from pageable memory", "would_sync_to_host", 15),
-    "blanket_sync": (
-        "`torch.cuda.synchronize()` every step (called only when CUDA is present)",
-        None,
-        None,
-    ),
+    "blanket_sync": ("a device-wide synchronize every step", "would_sync_blanket", 17),
     "clean_pipeline": ("nothing: a clean loop", None, None),
 }
 

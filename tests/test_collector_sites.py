@@ -249,15 +249,26 @@ def test_frames_inside_torch_are_skipped(strategy: str) -> None:
 
 @STRATEGIES
 def test_recorder_restores_everything_after_an_exception(strategy: str) -> None:
-    originals = (torch.cuda.synchronize, torch.cuda.Stream.synchronize, torch.cuda.Event.synchronize)
+    originals = (
+        torch.cuda.synchronize,
+        torch.cuda.Stream.synchronize,
+        torch.cuda.Event.synchronize,
+        torch.cpu.synchronize,
+    )
     methods = {name: vars(torch.Tensor).get(name) for name in ("item", "__getitem__", "__bool__", "unique")}
     functions = (torch.nonzero, torch.unique, torch.where)
     rec = SyncSiteRecorder(strategy=strategy)
     with pytest.raises(ValueError, match="boom"), rec:
         assert torch.cuda.synchronize is not originals[0]
         assert torch.cuda.Event.synchronize is not originals[2]
+        assert torch.cpu.synchronize is not originals[3]
         raise ValueError("boom")
-    assert (torch.cuda.synchronize, torch.cuda.Stream.synchronize, torch.cuda.Event.synchronize) == originals
+    assert (
+        torch.cuda.synchronize,
+        torch.cuda.Stream.synchronize,
+        torch.cuda.Event.synchronize,
+        torch.cpu.synchronize,
+    ) == originals
     assert len(torch.overrides._get_current_function_mode_stack()) == 0
     assert {name: vars(torch.Tensor).get(name) for name in methods} == methods
     assert (torch.nonzero, torch.unique, torch.where) == functions
@@ -281,12 +292,15 @@ def test_synchronize_wrappers_record_the_caller(monkeypatch: pytest.MonkeyPatch)
         torch.cuda.Stream.synchronize(object())
         line_event = next_line()
         torch.cuda.Event.synchronize(object())
+        line_cpu = next_line()
+        torch.get_device_module("cpu").synchronize()  # device-agnostic code on a CPU: the real call
     assert calls == ["device", "device", "stream", "event"]
     assert torch.cuda.synchronize is stand_in
     sites = by_site(rec.records())
     assert sites[(line_device, "torch.cuda.synchronize")]["count"] == 2
     assert sites[(line_stream, "torch.cuda.Stream.synchronize")]["count"] == 1
     assert sites[(line_event, "torch.cuda.Event.synchronize")]["count"] == 1
+    assert sites[(line_cpu, "torch.cpu.synchronize")]["count"] == 1
 
 
 def test_each_thread_gets_its_own_id() -> None:
