@@ -29,6 +29,7 @@ import signal
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -135,6 +136,8 @@ class Session:
         self._pending = False  # an optimizer step was counted; its profiler transition is still to do
         self._optimizer_depth = 0  # inside a wrapped optimizer step (and so inside its record_function)
         self._wrapped: dict[type, tuple[Any, Any]] = {}
+        # told (one line) when the window closes while the program goes on; the CLI prints it
+        self.on_window_closed: Callable[[str], None] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -339,6 +342,12 @@ class Session:
         self.trace_path.parent.mkdir(parents=True, exist_ok=True)
         prof.export_chrome_trace(str(self.trace_path))
         self._exported = True
+        if self.on_window_closed is not None and not self._stopped:
+            first = max(1, self._steps - self.options.steps + 1)
+            window = f"steps {first}-{self._steps}" if self.options.duration is None else "the first seconds"
+            self.on_window_closed(
+                f"profiled {window} of the run, trace written; the program goes on (every step is still timed)"
+            )
         # Not released here: we are inside prof.step(), which goes on to open the next ProfilerStep
         # annotation. The next step stops the profiler, which closes that annotation first.
         self._window_done = True

@@ -62,9 +62,13 @@ def run(args: argparse.Namespace) -> int:
     require_torch()
     output = args.output or default_output(name)
 
+    def say(message: str) -> None:
+        print(f"stallscope: {message}", file=sys.stderr, flush=True)
+
     def started(session: Session) -> None:
         for note in session.notes:
-            print(f"stallscope: {note}", file=sys.stderr, flush=True)
+            say(note)
+        session.on_window_closed = say
 
     def body() -> int:
         return run_module(target, argv) if args.module else run_script(target, argv)

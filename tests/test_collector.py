@@ -276,7 +276,9 @@ for i in range({n}):
 """
 
 
-def test_profiler_steps_never_cut_an_optimizer_step(tmp_path: Path) -> None:
+def test_profiler_steps_never_cut_an_optimizer_step(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     # GIVEN a training loop (the optimizer's post hook runs inside its Optimizer.step record_function)
     script = train_script(tmp_path, n=8)
     out = tmp_path / "bundle"
@@ -309,6 +311,9 @@ def test_profiler_steps_never_cut_an_optimizer_step(tmp_path: Path) -> None:
     for start, end in opt:
         assert any(s <= start and end <= e for s, e in spans), (start, end, spans)
     assert read_sidecar(out)["run"]["steps_seen"] == 8
+    # AND the user is told which steps were profiled while the program went on: the first transition
+    # waits for the second step's end, then 1 skipped step, then steps 4-6
+    assert "stallscope: profiled steps 4-6 of the run, trace written" in capsys.readouterr().err
 
 
 def test_stallscope_step_drives_steps(tmp_path: Path) -> None:
