@@ -7,11 +7,14 @@ How the window is chosen (``ProfileOptions``):
   step that recording is dropped and a scheduled profiler takes over,
   ``schedule(skip_first=skip, wait=0, warmup=warmup, active=steps, repeat=1)``, counted from the end of
   the first iteration: the first (slowest) iteration is never in the window.
-- **never inside a record_function**: the optimizer hook runs inside torch's ``Optimizer.step#...``
-  annotation, and a profiler started or stopped there can crash torch later. So a step found by the hook
-  is counted at once (step timing), but the profiler's transition runs when the optimizer's ``step``
-  returns (a wrapper around the class's ``step``, installed by the first hook call). The first optimizer
-  step is already running then: its transition happens at the end of the second one.
+- **never across profilers inside a record_function**: the optimizer hook runs inside torch's
+  ``Optimizer.step#...`` annotation; a profiler started there after another one saw the annotation begin
+  makes torch write its end into freed memory (a crash later). So a step found by the hook is counted at
+  once (step timing), and the profiler's transition runs when ``optimizer.step`` returns (a wrapper on
+  the optimizer instance, installed by the first hook call, which also sees steps taken through an LR
+  scheduler). The first step is already running then: its transition happens at the end of the second.
+  If the wrapper is bypassed (a program that kept the old ``opt.step``), transitions run in the hook,
+  and the fallback's stop and the scheduled profiler's start fall on two different steps.
 - **duration** (``--duration S``): everything from the start for S seconds (steps still labelled), then
   the profiler stops at the next step or when a SIGALRM timer fires in the main thread.
 
@@ -28,6 +31,7 @@ import functools
 import signal
 import threading
 import time
+import types
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -135,7 +139,8 @@ class Session:
         self._window_done = False  # the scheduled window was exported; stop the profiler at the next step
         self._pending = False  # an optimizer step was counted; its profiler transition is still to do
         self._optimizer_depth = 0  # inside a wrapped optimizer step (and so inside its record_function)
-        self._wrapped: dict[type, tuple[Any, Any]] = {}
+        self._wrapped: tuple[Any, Any, Any] | None = None  # (optimizer, its own step or None, our step)
+        self._awaiting_start = False  # the fallback was dropped; the scheduled profiler starts next step
         # told (one line) when the window closes while the program goes on; the CLI prints it
         self.on_window_closed: Callable[[str], None] | None = None
 
@@ -207,32 +212,36 @@ class Session:
     # -- steps -----------------------------------------------------------------------------------
 
     def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        """The global post hook. It runs *inside* the optimizer's ``Optimizer.step#...`` record_function:
-        starting or stopping a profiler while a record_function is open can crash torch later (its end is
-        seen by a profiler that did not see its start). So the step is counted here, and the profiler's
-        transition waits until the optimizer's ``step`` has returned (see ``_wrap_step``)."""
+        """The global post hook. It runs *inside* the optimizer's ``Optimizer.step#...`` record_function,
+        and a profiler started there, after another one saw that record_function begin, makes torch write
+        the record_function's end into the freed state of the first one: a crash later. So the hook counts
+        the step, and the profiler's transition runs when ``optimizer.step`` has returned (the wrapper
+        ``_wrap_step`` puts on this optimizer). When that wrapper is not on the call path (the program
+        kept a reference to the old ``step``), transitions run here, in the safe order of ``_advance``."""
         if self._explicit or self._stopped:
             return
         if self._optimizer_id is None:
             self._optimizer_id = id(optimizer)
         if id(optimizer) != self._optimizer_id:  # a GAN's second optimizer is the same step
             return
-        self._wrap_step(type(optimizer))
         self._count_step()
-        self._pending = True
+        if self._optimizer_depth > 0:  # our wrapper is on this call: it transitions when step returns
+            self._pending = True
+        elif self._wrapped is None:  # the first step: wrap for the next ones; this one waits for them
+            self._wrap_step(optimizer)
+            self._pending = True
+        else:  # the wrapper was bypassed: transition now, inside the record_function
+            self._pending = False
+            self._transition(inside_record_function=True)
 
-    def _wrap_step(self, cls: type) -> None:
-        """Wrap the class's (already profiled) ``step`` so that pending transitions run after it returns.
-
-        The first optimizer step is already running when its hook installs this, so the first transition
-        happens at the end of the second step: the first two iterations are never in the window."""
-        inner = cls.__dict__.get("step")
-        if inner is None or cls in self._wrapped:
-            return
+    def _wrap_step(self, optimizer: Any) -> None:
+        """Wrap ``optimizer.step`` on the instance (what ``opt.step()`` and an LR scheduler's wrapper, made
+        before or after this, both go through), as a bound method so that schedulers can rewrap it."""
+        inner = optimizer.step
         session = self
 
         @functools.wraps(inner)
-        def step(*args: Any, **kwargs: Any) -> Any:
+        def step(opt: Any, *args: Any, **kwargs: Any) -> Any:
             session._optimizer_depth += 1
             try:
                 return inner(*args, **kwargs)
@@ -240,63 +249,82 @@ class Session:
                 session._optimizer_depth -= 1
                 if session._optimizer_depth == 0 and (session._pending or session._alarm_fired):
                     session._pending = False
-                    session._transition()
+                    session._transition(inside_record_function=False)
 
-        step.hooked = True  # type: ignore[attr-defined]  # torch must not wrap it again
-        self._wrapped[cls] = (inner, step)
-        cls.step = step  # type: ignore[attr-defined]
+        own = "step" in vars(optimizer)
+        bound = types.MethodType(step, optimizer)
+        optimizer.step = bound
+        self._wrapped = (optimizer, inner if own else None, bound)
 
     def _unwrap_steps(self) -> None:
-        for cls, (inner, ours) in self._wrapped.items():
-            if cls.__dict__.get("step") is ours:
-                cls.step = inner  # type: ignore[attr-defined]
-        self._wrapped.clear()
+        if self._wrapped is None:
+            return
+        optimizer, previous, ours = self._wrapped
+        if vars(optimizer).get("step") is ours:
+            if previous is None:
+                del optimizer.step
+            else:
+                optimizer.step = previous
 
     def _step(self) -> None:
         if self._stopped:
             return
         self._count_step()
-        self._transition()
+        self._transition(inside_record_function=False)
 
     def _count_step(self) -> None:
         self._steps += 1
         if self._timer is not None:
             self._timer.step()
 
-    def _transition(self) -> None:
-        """Advance the profiler's schedule by one step (never inside a record_function but its own)."""
-        if self._stopped or self._prof is None:
+    def _transition(self, inside_record_function: bool) -> None:
+        """Advance the profiler's schedule by one step."""
+        if self._stopped or (self._prof is None and not self._awaiting_start):
             return
         self._in_step = True
         try:
-            self._advance()
+            self._advance(inside_record_function)
         finally:
             self._in_step = False
         if self._alarm_fired or self._window_done:
             self._stop_profiler()
 
-    def _advance(self) -> None:
+    def _advance(self, inside_record_function: bool) -> None:
         if self.options.duration is not None:
             if self._deadline is not None and time.monotonic() >= self._deadline:
                 self._stop_profiler()
             else:
                 self._prof.step()
             return
+        if self._awaiting_start:  # the fallback stopped inside a record_function at the last step
+            self._start_scheduled()
+            return
         if not self._scheduled:
-            self._begin_scheduled()
+            self._drop_fallback()
+            if inside_record_function:
+                # the record_function began while the fallback ran: start the next profiler at the next
+                # step, inside a record_function that began with no profiler running
+                self._awaiting_start = True
+            else:
+                self._start_scheduled()
             return
         self._prof.step()
         if self._prof is not None and self._prof.current_action.name in _RECORDING:
             self._enter_recorder()
 
-    def _begin_scheduled(self) -> None:
-        """First step: drop the whole-run fallback recording and start the scheduled profiler."""
+    def _drop_fallback(self) -> None:
+        """First step: drop the whole-run fallback recording (a step came, so the window is scheduled)."""
         self._exit_recorder(keep=False)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             self._prof.on_trace_ready = None  # the fallback is not the trace any more
             self._prof.stop()
         _release(self._prof)
+        self._prof = None
+        self._scheduled = True
+
+    def _start_scheduled(self) -> None:
+        self._awaiting_start = False
         o = self.options
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "won't be using warmup": --warmup 0 is the user's choice
@@ -304,7 +332,6 @@ class Session:
                 skip_first=o.skip, wait=0, warmup=o.warmup, active=o.steps, repeat=1
             )
         self._prof = self._profiler(schedule=sched)
-        self._scheduled = True
         self._prof.start()
         if self._prof.current_action.name in _RECORDING:
             self._enter_recorder()

@@ -276,44 +276,63 @@ for i in range({n}):
 """
 
 
-def test_profiler_steps_never_cut_an_optimizer_step(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    # GIVEN a training loop (the optimizer's post hook runs inside its Optimizer.step record_function)
-    script = train_script(tmp_path, n=8)
-    out = tmp_path / "bundle"
-    # WHEN profiled with a 3-step window after one skipped step
-    assert (
-        main(
-            [
-                "profile",
-                "-o",
-                str(out),
-                "--no-analyze",
-                "--skip",
-                "1",
-                "--warmup",
-                "0",
-                "--steps",
-                "3",
-                str(script),
-            ]
-        )
-        == 0
-    )
+def _window(out: Path) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
+    """(ProfilerStep spans, Optimizer.step spans) of a bundle's trace."""
     with gzip.open(out / TRACE_NAME, "rt") as f:
         events = json.load(f)["traceEvents"]
-    spans = [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name", "").startswith("ProfilerStep#")]
-    opt = [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name", "").startswith("Optimizer.step#")]
+
+    def spans(prefix: str) -> list[tuple[float, float]]:
+        return [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name", "").startswith(prefix)]
+
+    return spans("ProfilerStep#"), spans("Optimizer.step#")
+
+
+WINDOW_1_0_3 = ["--no-analyze", "--skip", "1", "--warmup", "0", "--steps", "3"]
+
+
+@pytest.mark.parametrize(
+    "scheduler",
+    ["", "sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2)"],
+    ids=["optimizer", "with-lr-scheduler"],
+)
+def test_profiler_steps_never_cut_an_optimizer_step(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], scheduler: str
+) -> None:
+    # GIVEN a training loop, with or without an LR scheduler wrapping opt.step (the optimizer's post
+    # hook runs inside its Optimizer.step record_function)
+    text = TRAIN.format(n=8, tail="").replace("x = torch.randn", f"{scheduler}\nx = torch.randn")
+    if scheduler:
+        text = text.replace("    opt.step()\n", "    opt.step()\n    sched.step()\n")
+    script = write(tmp_path, "train.py", text)
+    out = tmp_path / "bundle"
+    # WHEN profiled with a 3-step window after one skipped step
+    assert main(["profile", "-o", str(out), *WINDOW_1_0_3, str(script)]) == 0
+    steps, opt = _window(out)
     # THEN the profiler moved between steps only after an optimizer step had returned: every optimizer
     # step of the trace lies whole inside one profiled step, one per step
-    assert len(spans) == 3 and len(opt) == 3
+    assert len(steps) == 3 and len(opt) == 3
     for start, end in opt:
-        assert any(s <= start and end <= e for s, e in spans), (start, end, spans)
+        assert any(s <= start and end <= e for s, e in steps), (start, end, steps)
     assert read_sidecar(out)["run"]["steps_seen"] == 8
     # AND the user is told which steps were profiled while the program went on: the first transition
     # waits for the second step's end, then 1 skipped step, then steps 4-6
     assert "stallscope: profiled steps 4-6 of the run, trace written" in capsys.readouterr().err
+
+
+def test_a_program_that_kept_the_old_step_is_still_profiled(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a loop calling a reference to opt.step taken before any step (our wrapper is bypassed)
+    text = TRAIN.format(n=8, tail="").replace("    opt.step()\n", "    step()\n")
+    script = write(tmp_path, "train.py", text.replace("x = torch.randn", "step = opt.step\nx = torch.randn"))
+    out = tmp_path / "bundle"
+    # WHEN profiled
+    assert main(["profile", "-o", str(out), *WINDOW_1_0_3, str(script)]) == 0
+    # THEN the transitions ran in the hook, the scheduled profiler starting one step after the
+    # fallback stopped: 3 profiled steps, 5-7
+    steps, _ = _window(out)
+    assert len(steps) == 3
+    assert "stallscope: profiled steps 5-7 of the run, trace written" in capsys.readouterr().err
 
 
 def test_stallscope_step_drives_steps(tmp_path: Path) -> None:
