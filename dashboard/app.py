@@ -3,6 +3,7 @@ it (``stallscope dashboard``). Binds to 127.0.0.1 unless told otherwise."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from pathlib import Path
 from typing import Any, cast
@@ -68,7 +69,11 @@ def open_services(store_dir: str | Path, max_upload_mb: int, processes: bool = T
 class Running:
     """A dashboard served on a background thread (tests, benchmarks) or the foreground (the CLI)."""
 
-    def __init__(self, app: dash.Dash, host: str = "127.0.0.1", port: int = 8050) -> None:
+    def __init__(
+        self, app: dash.Dash, host: str = "127.0.0.1", port: int = 8050, quiet: bool = False
+    ) -> None:
+        if quiet:  # no access log line per request (benchmarks)
+            logging.getLogger("werkzeug").setLevel(logging.WARNING)
         self.server: BaseWSGIServer = make_server(host, port, app.server, threaded=True)
         self.url = f"http://{host}:{self.server.server_port}"
         self._thread: threading.Thread | None = None

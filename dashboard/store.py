@@ -133,6 +133,7 @@ class Store:
             db.execute("pragma journal_mode=wal")
             db.execute(_SCHEMA)
         self._models: OrderedDict[str, TraceModel] = OrderedDict()
+        self._docs: OrderedDict[str, tuple[tuple[str, int, int], dict[str, Any]]] = OrderedDict()
         self._lock = threading.Lock()
         self._remove_leftovers()
 
@@ -256,6 +257,7 @@ class Store:
             raise UnknownTrace(trace_id)
         with self._lock:
             self._models.pop(trace_id, None)
+            self._docs.pop(trace_id, None)
         shutil.rmtree(self.root / "traces" / trace_id, ignore_errors=True)
 
     # -- reading ---------------------------------------------------------------------------------
@@ -294,10 +296,35 @@ class Store:
         return path
 
     def analysis(self, trace_id: str) -> dict[str, Any]:
-        """The analysis JSON (schema ``stallscope.analysis/1``) of a ready entry."""
+        """The analysis JSON (schema ``stallscope.analysis/1``) of a ready entry. The last few parsed
+        documents are kept (a 1M-event trace's is tens of MB); a kept one is served only while its file
+        is the one that was verified (same folder, size and mtime). Callers must not modify it."""
+        folder, stat = self._verified_stat(trace_id)
+        with self._lock:
+            kept = self._docs.get(trace_id)
+            if kept is not None and kept[0] == stat:
+                self._docs.move_to_end(trace_id)
+                return kept[1]
         folder = self._result(trace_id, ("analysis.json",))
         doc: dict[str, Any] = json.loads((folder / "analysis.json").read_text())
+        with self._lock:
+            self._docs[trace_id] = (stat, doc)
+            while len(self._docs) > _MODELS_KEPT:
+                self._docs.popitem(last=False)
         return doc
+
+    def _verified_stat(self, trace_id: str) -> tuple[Path, tuple[str, int, int]]:
+        """The result folder and what identifies its analysis file now (without reading it)."""
+        with self._db() as db:
+            row = db.execute("select result from traces where id = ?", (check_id(trace_id),)).fetchone()
+        if row is None:
+            raise UnknownTrace(trace_id)
+        folder = self._folder(trace_id) / str(row[0])
+        try:
+            st = (folder / "analysis.json").stat()
+        except OSError:
+            return folder, (str(row[0]), -1, -1)
+        return folder, (str(row[0]), st.st_size, st.st_mtime_ns)
 
     def model(self, trace_id: str) -> TraceModel:
         """The entry's trace model, memory-mapped from its Parquet table; the last few stay decoded."""
@@ -355,6 +382,7 @@ class Store:
             )
         with self._lock:
             self._models.pop(trace_id, None)
+            self._docs.pop(trace_id, None)
         raise CorruptEntry(f"trace {trace_id} is corrupt: {why}")
 
 

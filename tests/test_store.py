@@ -104,6 +104,7 @@ def test_the_store_survives_a_restart_and_resumes_unfinished_entries(tmp_path: P
 def test_a_changed_analysis_file_is_reported_not_served(tmp_path: Path) -> None:
     store = Store(tmp_path / "store")
     trace_id = stored(store)
+    assert store.analysis(trace_id)["summary"]["wall_us"] > 1.0  # parsed and kept in memory
     (result,) = (tmp_path / "store" / "traces" / trace_id).glob("result-*")
     doc = json.loads((result / "analysis.json").read_text())
     doc["summary"]["wall_us"] = 1.0

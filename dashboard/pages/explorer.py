@@ -8,12 +8,14 @@ syncs are rows and marks of the same figure. A click shows the item's details an
 
 from __future__ import annotations
 
+from dataclasses import replace
 from enum import Enum
 from typing import Any
 
+import plotly.graph_objects as go
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
-from dashboard import timeline
+from dashboard import palette, timeline
 from dashboard.pages.common import Doc, message, ms, trace_nav
 from dashboard.services import Services
 from dashboard.store import Entry, StoreError
@@ -30,6 +32,7 @@ class Ids(str, Enum):
     DETAILS = "explorer-details"
     RESET = "explorer-reset"
     ZOOM_OUT = "explorer-zoom-out"
+    RANGE = "explorer-range"  # the relayouts that change the x range (not plotly's own autosize events)
 
 
 def full_view(doc: Doc) -> dict[str, float]:
@@ -81,7 +84,8 @@ def draw(services: Services, trace_id: str, view: dict[str, float]) -> tuple[Any
     """The figure of ``view`` and a status line (range shown, items drawn, whether merged)."""
     a = services.live.get(trace_id)
     sl = timeline.extract(a.model, a, view["start"], view["end"], MAX_ITEMS)
-    fig = timeline.figure(sl)
+    fig = timeline.figure(replace(sl, steps=()))
+    _step_lines(fig, sl)
     fig.update_layout(uirevision=f"{view['start']}-{view['end']}")
     merged = ", short events merged" if sl.merged else ""
     status = (
@@ -89,6 +93,26 @@ def draw(services: Services, trace_id: str, view: dict[str, float]) -> tuple[Any
         f" · {sl.items:,} items{merged} · drag to zoom, double-click to reset, click an item for details"
     )
     return fig, status
+
+
+def _step_lines(fig: go.Figure, sl: timeline.TimelineSlice) -> None:
+    """Step boundaries as dotted lines, added in one layout update: ``timeline.figure`` adds one
+    ``add_vline`` per step, which costs tens of ms each in plotly (4 s for a window of 75 steps)."""
+    lines = [
+        {
+            "type": "line",
+            "xref": "x",
+            "yref": "paper",
+            "x0": (s - sl.start_us) / 1000,
+            "x1": (s - sl.start_us) / 1000,
+            "y0": 0,
+            "y1": 1,
+            "line": {"color": palette.MUTED, "width": 1, "dash": "dot"},
+        }
+        for _name, s, _e in sl.steps
+        if s > sl.start_us
+    ]
+    fig.update_layout(shapes=list(fig.layout.shapes) + lines)
 
 
 def on_view(
@@ -187,17 +211,37 @@ def layout(services: Services, entry: Entry) -> html.Div:
                 dcc.Graph(id=Ids.GRAPH.value, figure=fig, config={"displaylogo": False, "scrollZoom": True}),
                 delay_show=300,
             ),
+            dcc.Store(id=Ids.RANGE.value),
             html.Div(id=Ids.DETAILS.value, className="stallscope-details"),
         ]
     )
 
 
+# Runs in the browser: passes on only the relayouts that move the x axis. Plotly also reports an
+# 'autosize' relayout when a figure is (re)drawn; were that to reach the server callback while a zoom
+# request is in flight, Dash would drop the zoom's answer as stale.
+_RANGE_ONLY = """
+function(r) {
+    if (r && (r['xaxis.range[0]'] !== undefined || r['xaxis.range'] || r['xaxis.autorange'])) { return r; }
+    return window.dash_clientside.no_update;
+}
+"""
+
+
 def register(app: Dash, services: Services) -> None:
+    clientside: Any = app.clientside_callback  # untyped in dash
+    clientside(
+        _RANGE_ONLY,
+        Output(Ids.RANGE.value, "data"),
+        Input(Ids.GRAPH.value, "relayoutData"),
+        prevent_initial_call=True,
+    )
+
     @app.callback(
         Output(Ids.GRAPH.value, "figure"),
         Output(Ids.VIEW.value, "data"),
         Output(Ids.STATUS.value, "children"),
-        Input(Ids.GRAPH.value, "relayoutData"),
+        Input(Ids.RANGE.value, "data"),
         Input(Ids.RESET.value, "n_clicks"),
         Input(Ids.ZOOM_OUT.value, "n_clicks"),
         State(Ids.VIEW.value, "data"),
@@ -205,7 +249,7 @@ def register(app: Dash, services: Services) -> None:
         prevent_initial_call=True,
     )
     def zoom(relayout: Any, _r: Any, _z: Any, view: dict[str, float], trace_id: str) -> tuple[Any, Any, Any]:
-        trigger = ctx.triggered_id if ctx.triggered_id != Ids.GRAPH.value else None
+        trigger = ctx.triggered_id if ctx.triggered_id != Ids.RANGE.value else None
         return on_view(services, trace_id, trigger, relayout, view)
 
     @app.callback(
