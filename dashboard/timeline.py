@@ -475,7 +475,8 @@ def _layout(fig: go.Figure, sl: TimelineSlice, title: str) -> None:
         title={"text": html.escape(title), "font": {"size": 14}, "x": 0, "xanchor": "left"},
         barmode="overlay",
         hovermode="closest",
-        height=max(160, 70 + _ROW_PX * n + 60),
+        # rows, the axis and title above, and the legend below (it wraps on a narrow page or on paper)
+        height=max(160, 110 + _ROW_PX * n + 22 * -(-len(fig.data) // 4)),
         margin={"l": 10, "r": 10, "t": 36, "b": 40},
         font={"family": palette.FONT_FAMILY, "size": 12, "color": palette.TEXT},
         plot_bgcolor=palette.BACKGROUND,

@@ -70,6 +70,14 @@ def test_scenario_report_draws_and_its_sync_table_sorts(browser: Browser, tmp_pa
         return [div.querySelectorAll('.barlayer .point').length, items];"""
     )
     assert drawn == items > 20
+    # a window resize (or printing) keeps each plot's height
+    heights = "return [...document.querySelectorAll('[data-figure]')].map(d => d.clientHeight)"
+    before = browser.js(heights)
+    browser.driver.set_window_size(900, 800)
+    browser.js("window.dispatchEvent(new Event('resize'))")
+    browser.wait_for("return [...document.querySelectorAll('.main-svg')].every(s => s.clientWidth < 900)")
+    assert browser.js(heights) == before and min(before) > 100
+    browser.driver.set_window_size(1400, 1000)
     # clicking "host wait" sorts the sync groups by their wait, descending on the second click
     waits = (
         "return [...document.querySelectorAll('#sync-table tbody tr')].map(r => +r.cells[4].dataset.value)"
