@@ -19,7 +19,9 @@ iterations (warm-up). The iteration during which a window closes (the trace expo
   training steps; the decode loop calls ``p.step()``): torch.profiler as above plus the step timer, the
   optimizer hook and step wrapper, and the sync-site recorder during the window.
 
-The table gives the median iteration time of each configuration and the ratios the targets are about.
+The tables give the median iteration time of each configuration and the ratios the targets are about,
+then the unit costs (per optimizer step outside the window, per step mark and per `.item()` inside it),
+which are steadier than whole steps on a busy machine.
 """
 
 from __future__ import annotations
@@ -180,6 +182,64 @@ def table(results: dict[str, Pooled], col: int) -> str:
     return "\n".join(lines)
 
 
+# --- unit costs: what the collector adds per step and per sync-prone call, measured in isolation ---------
+
+
+def _cpu_us(body: Callable[[], None], n: int, repeat: int = 5) -> float:
+    """Fastest of ``repeat`` runs of ``n`` calls, in main-thread CPU µs per call."""
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.thread_time()
+        for _ in range(n):
+            body()
+        best = min(best, (time.thread_time() - t0) / n * 1e6)
+    return best
+
+
+def _bare_profiler() -> torch.profiler.profile:
+    acts = [torch.profiler.ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        acts.append(torch.profiler.ProfilerActivity.CUDA)
+    sched = torch.profiler.schedule(skip_first=0, wait=0, warmup=0, active=10**9, repeat=1)
+    return torch.profiler.profile(activities=acts, schedule=sched, with_stack=True)
+
+
+def unit_costs(tmp: Path) -> dict[str, tuple[float, float]]:
+    """(without, with stallscope) µs: an optimizer step outside the window, a step inside it, and an
+    ``.item()`` inside it (bare torch.profiler as the reference inside the window)."""
+    import warnings
+
+    warnings.simplefilter("ignore")  # "won't be using warmup"
+    out: dict[str, tuple[float, float]] = {}
+    param = torch.nn.Parameter(torch.zeros(1))
+    param.grad = torch.zeros(1)
+    opt = torch.optim.SGD([param], lr=0.0)
+    t = torch.tensor([3])
+    plain_step = _cpu_us(opt.step, 3000)
+    with stallscope.profile(tmp / "outside", skip=0, warmup=0, steps=1):
+        for _ in range(4):  # the window opens and closes: what follows is outside it
+            opt.step()
+        ours_step = _cpu_us(opt.step, 3000)
+    out["optimizer step, outside the window"] = (plain_step, ours_step)
+    prof = _bare_profiler()
+    prof.start()
+    bare_mark, bare_item = _cpu_us(prof.step, 1000), _cpu_us(t.item, 3000)
+    prof.stop()
+    with stallscope.profile(tmp / "inside", skip=0, warmup=0, steps=10**6) as p:
+        p.step()  # explicit steps: the scheduled profiler records from here
+        ours_mark, ours_item = _cpu_us(p.step, 1000), _cpu_us(t.item, 3000)
+    out["step mark, inside the window"] = (bare_mark, ours_mark)
+    out["`.item()`, inside the window"] = (bare_item, ours_item)
+    return out
+
+
+def unit_table(costs: dict[str, tuple[float, float]]) -> str:
+    lines = ["| per call | without stallscope | with stallscope | added |", "|---|---|---|---|"]
+    for name, (base, ours) in costs.items():
+        lines.append(f"| {name} | {base:.2f} µs | {ours:.2f} µs | {ours - base:+.2f} µs |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5, help="runs of each configuration (default 5)")
@@ -191,6 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [w for w in names if w not in WORKLOADS]
     if unknown:
         ap.error(f"unknown workload {', '.join(unknown)} (known: {', '.join(WORKLOADS)})")
+    with tempfile.TemporaryDirectory() as tmp:
+        costs = unit_costs(Path(tmp))
     results = {w: measure(w, args.repeat, args.steps) for w in names}
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU only"
     print(f"torch {torch.__version__}, {device}, 1 intra-op thread, {args.repeat} runs x {args.steps} steps")
@@ -198,6 +260,10 @@ def main(argv: list[str] | None = None) -> int:
     print(table(results, 1))
     print("\nmedian step, wall time:")
     print(table(results, 0))
+    print(
+        "\nunit costs, main thread CPU time (fastest of 5); inside the window the reference is bare torch.profiler:"
+    )
+    print(unit_table(costs))
     return 0
 
 
