@@ -3,6 +3,7 @@ match the JSON analysis. Hostile trace text stays text. (The browser tests are t
 
 from __future__ import annotations
 
+import itertools
 import json
 from html.parser import HTMLParser
 from pathlib import Path
@@ -245,3 +246,41 @@ def test_hostile_trace_text_is_escaped_everywhere(tmp_path: Path) -> None:
     hover = json.dumps(page.json_script("timeline-0-data"), ensure_ascii=False)
     assert "&lt;/script&gt;&lt;script&gt;alert(&#x27;kernel&#x27;)&lt;/script&gt;" in hover
     assert "é中" in hover
+
+
+def test_worked_example_pipeline_is_drawn_to_the_analysis_figures(tmp_path: Path) -> None:
+    # GIVEN DESIGN.md's worked example (P = 2 ms, G = 6 ms, n = 3), run serially
+    a = analysed(sc.worked_example(2.0, 6.0, 3, pipelined=False), tmp_path)
+    doc = to_json(a)
+    p = doc["pipeline"]
+    assert p["serial_us"] == pytest.approx(24_000, rel=0.05) and p["pipelined_us"] == pytest.approx(
+        20_000, rel=0.05
+    )
+    # WHEN reported THEN the two schedules end at the analysis' serial and pipelined times
+    fig = Page(report.render(a, report.ReportOptions(cdn=True))).json_script("chart-pipeline-data")
+    ends: dict[str, float] = {}
+    for t in fig["data"]:
+        for y, b, x in zip(t["y"], t["base"], t["x"], strict=True):
+            ends[y] = max(ends.get(y, 0.0), b + x)
+    assert ends["serial · device"] == pytest.approx(p["serial_us"] / 1000)
+    assert ends["pipelined · device"] == pytest.approx(p["pipelined_us"] / 1000)
+
+
+def test_bundle_run_metadata_is_shown_as_text(tmp_path: Path) -> None:
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    sc.item_in_loop(steps=2).write(bundle / "trace.pt.trace.json.gz")
+    run = {
+        "torch": "2.13.0+cu124",
+        "cuda": "12.4",
+        "argv": ["train.py", "--lr", "<1e-3>"],
+        "git_commit": "abc123",
+    }
+    sidecar = {"schema": "stallscope.sidecar/1", "run": run, "sync_sites": [], "step_timing": {}}
+    (bundle / "sidecar.json").write_text(json.dumps(sidecar))
+    a = analyze(load(bundle, use_cache=False))
+    page = Page(report.render(a, report.ReportOptions(cdn=True)))
+    terms = [("".join(t).strip(), tag) for tag, _a, t in page.elements if tag in ("dt", "dd")]
+    shown = {k: v for (k, dt), (v, dd) in itertools.pairwise(terms) if dt == "dt" and dd == "dd"}
+    assert shown["torch"] == "2.13.0+cu124" and shown["cuda"] == "12.4"
+    assert shown["command"] == "train.py --lr <1e-3>" and shown["git commit"] == "abc123"
