@@ -60,6 +60,11 @@ class ReportOptions:
     max_sync_rows: int = 200  # sync groups listed (the costliest)
 
 
+def share(fraction: float) -> str:
+    """A percentage with one decimal below 1% (a 0.4% saving is not "0%")."""
+    return f"{fraction:.1%}" if 0 < abs(fraction) < 0.01 else f"{fraction:.0%}"
+
+
 def ms(us: float) -> str:
     return f"{us / 1000:,.2f} ms" if abs(us) >= 1000 else f"{us:,.1f} µs"
 
@@ -103,6 +108,7 @@ def render(analysis: Analysis, options: ReportOptions | None = None, progress: P
         "plotly_cdn": _cdn_url() if opts.cdn else None,
         "plotly_js": None if opts.cdn else _plotly_js(),
         "ms": ms,
+        "share": share,
     }
     say("report: writing the page")
     return _environment().get_template("report.html.j2").render(context)
