@@ -383,10 +383,15 @@ def _colour(row: RowKind, key: str) -> tuple[str, str]:
     return _LEGEND.get(key, key), palette.event_color(key)
 
 
+def _clip(text: str, limit: int = 110) -> str:
+    """Shorten long text (C++ kernel names) in the middle so that a hover label fits a laptop screen."""
+    return text if len(text) <= limit else f"{text[: limit * 2 // 3]}…{text[-(limit // 3) :]}"
+
+
 def _hover(name: str, start: float, end: float, origin: float, site: str) -> str:
     """Hover text; every trace string is HTML-escaped because plotly renders a subset of HTML in labels."""
-    text = f"<b>{html.escape(name)}</b><br>{_fmt_us(end - start)} at {(start - origin) / 1000:.3f} ms"
-    return text + (f"<br>{html.escape(site)}" if site else "")
+    text = f"<b>{html.escape(_clip(name))}</b><br>{_fmt_us(end - start)} at {(start - origin) / 1000:.3f} ms"
+    return text + (f"<br>{html.escape(_clip(site))}" if site else "")
 
 
 def _fmt_us(us: float) -> str:
