@@ -131,20 +131,7 @@ def pipeline(doc: Doc) -> go.Figure | None:
         return None
     prep, comp, n = float(p["host_prep_us"]), float(p["device_us"]), int(p["batches"])
     shown = min(n, 12)  # a long run would only repeat the pattern
-    rows: dict[str, list[tuple[float, float, int]]] = {
-        "serial · host": [],
-        "serial · device": [],
-        "pipelined · host": [],
-        "pipelined · device": [],
-    }
-    device_end = 0.0
-    for i in range(shown):
-        rows["serial · host"].append((i * (prep + comp), prep, i))
-        rows["serial · device"].append((i * (prep + comp) + prep, comp, i))
-        rows["pipelined · host"].append((i * prep, prep, i))
-        begin = max((i + 1) * prep, device_end)
-        rows["pipelined · device"].append((begin, comp, i))
-        device_end = begin + comp
+    rows = _schedules(prep, comp, shown)
     fig = go.Figure()
     for stage, colour in (("host", palette.HOST), ("device", palette.DEVICE)):
         xs, bases, ys, text = [], [], [], []
@@ -190,3 +177,24 @@ def pipeline(doc: Doc) -> go.Figure | None:
     fig.update_yaxes(categoryorder="array", categoryarray=list(rows)[::-1])
     fig.update_xaxes(title={"text": "ms", "font": {"size": 11}})
     return _base_layout(fig, f"Pipeline model: serial vs pipelined{more}", 260)
+
+
+def _schedules(prep: float, comp: float, n: int) -> dict[str, list[tuple[float, float, int]]]:
+    """(start, duration, batch) of every stage of n batches: serial (prep, compute, next prep...) and
+    pipelined (the host preps back to back; the device computes batch i once it is prepped and batch
+    i-1 is done), which ends at P + G + (n-1) max(P, G)."""
+    rows: dict[str, list[tuple[float, float, int]]] = {
+        "serial · host": [],
+        "serial · device": [],
+        "pipelined · host": [],
+        "pipelined · device": [],
+    }
+    device_end = 0.0
+    for i in range(n):
+        rows["serial · host"].append((i * (prep + comp), prep, i))
+        rows["serial · device"].append((i * (prep + comp) + prep, comp, i))
+        rows["pipelined · host"].append((i * prep, prep, i))
+        begin = max((i + 1) * prep, device_end)
+        rows["pipelined · device"].append((begin, comp, i))
+        device_end = begin + comp
+    return rows

@@ -139,10 +139,24 @@ def extract(
         gaps = _gap_row(analysis, device.id, start_us, end_us, bins)
         if gaps is not None:
             rows.append(gaps)
-    api_rows = {r.lane for r in rows if r.kind == RowKind.API}
-    syncs = tuple(
+    syncs = _sync_marks(analysis, {r.lane for r in rows if r.kind == RowKind.API}, start_us, end_us, bins)
+    steps = tuple(
+        (st.name, st.start_us, st.end_us)
+        for st in model.steps
+        if st.start_us < end_us and st.end_us > start_us
+    )
+    merged = any(r.events > len(r.items) for r in rows)
+    return TimelineSlice(start_us, end_us, tuple(rows), syncs, steps, merged)
+
+
+def _sync_marks(
+    analysis: Analysis, api_lanes: set[int], start_us: float, end_us: float, limit: int
+) -> tuple[SyncMark, ...]:
+    """The analysis' syncs starting in the range, on their thread's API row; past ``limit``, the longest
+    waits."""
+    marks = [
         SyncMark(
-            f"api:{s.thread}" if s.thread in api_rows else f"ops:{s.thread}",
+            f"api:{s.thread}" if s.thread in api_lanes else f"ops:{s.thread}",
             s.start_us,
             s.wait_us,
             s.bubble_us,
@@ -153,16 +167,10 @@ def extract(
         )
         for s in analysis.syncs
         if start_us <= s.start_us < end_us
-    )
-    if len(syncs) > bins:  # keep the longest waits
-        syncs = tuple(sorted(sorted(syncs, key=lambda m: -m.wait_us)[:bins], key=lambda m: m.start_us))
-    steps = tuple(
-        (st.name, st.start_us, st.end_us)
-        for st in model.steps
-        if st.start_us < end_us and st.end_us > start_us
-    )
-    merged = any(r.events > len(r.items) for r in rows)
-    return TimelineSlice(start_us, end_us, tuple(rows), syncs, steps, merged)
+    ]
+    if len(marks) > limit:
+        marks = sorted(sorted(marks, key=lambda m: -m.wait_us)[:limit], key=lambda m: m.start_us)
+    return tuple(marks)
 
 
 def _blocking_events(analysis: Analysis, n: int) -> Mask:
@@ -470,9 +478,20 @@ def _add_syncs(fig: go.Figure, sl: TimelineSlice, ypos: dict[str, int], origin: 
 def _layout(fig: go.Figure, sl: TimelineSlice, title: str) -> None:
     n = len(sl.rows)
     origin = sl.start_us
-    for _name, s, _e in sl.steps:
-        if s > origin:
-            fig.add_vline(x=(s - origin) / 1000, line={"color": palette.MUTED, "width": 1, "dash": "dot"})
+    step_lines = [  # one layout update for all (add_vline per step relayouts every time)
+        {
+            "type": "line",
+            "xref": "x",
+            "yref": "paper",
+            "x0": (s - origin) / 1000,
+            "x1": (s - origin) / 1000,
+            "y0": 0,
+            "y1": 1,
+            "line": {"color": palette.MUTED, "width": 1, "dash": "dot"},
+        }
+        for _name, s, _e in sl.steps
+        if s > origin
+    ]
     ticks = [html.escape(r.label if r.kind != RowKind.API else f"{r.label} · CUDA API") for r in sl.rows]
     if sl.merged:
         title += " (short events merged at this zoom)"
@@ -489,6 +508,7 @@ def _layout(fig: go.Figure, sl: TimelineSlice, title: str) -> None:
         hoverlabel={"font": {"family": palette.MONO_FAMILY, "size": 11}, "align": "left"},
         legend={"orientation": "h", "y": -0.02, "yanchor": "top", "x": 0, "font": {"size": 11}},
         dragmode="zoom",
+        shapes=step_lines,
         xaxis={
             "title": {"text": "ms from the start of the range", "font": {"size": 11}},
             "range": [0, (sl.end_us - origin) / 1000],
