@@ -126,3 +126,15 @@ def test_hostile_names_render_as_text_and_run_nothing(browser: Browser, tmp_path
     assert browser.js("return window.__pwned === undefined")
     assert browser.dialog_text() is None
     assert browser.console_errors() == []
+
+
+def test_a_missing_browser_skips_unless_required(monkeypatch: pytest.MonkeyPatch) -> None:
+    import _browser
+
+    monkeypatch.setattr(_browser, "_find", lambda *names: None)
+    monkeypatch.delenv(_browser.REQUIRE_ENV, raising=False)
+    with pytest.raises(pytest.skip.Exception, match="chromium"), start_browser():
+        pass
+    monkeypatch.setenv(_browser.REQUIRE_ENV, "1")
+    with pytest.raises(pytest.fail.Exception, match="STALLSCOPE_REQUIRE_BROWSER=1"), start_browser():
+        pass
