@@ -207,10 +207,7 @@ def layout(services: Services, entry: Entry) -> html.Div:
             ),
             dcc.Store(id=Ids.VIEW.value, data=view),
             dcc.Store(id=Ids.TRACE.value, data=entry.id),
-            dcc.Loading(
-                dcc.Graph(id=Ids.GRAPH.value, figure=fig, config={"displaylogo": False, "scrollZoom": True}),
-                delay_show=300,
-            ),
+            dcc.Graph(id=Ids.GRAPH.value, figure=fig, config={"displaylogo": False, "scrollZoom": True}),
             dcc.Store(id=Ids.RANGE.value),
             html.Div(id=Ids.DETAILS.value, className="stallscope-details"),
         ]
