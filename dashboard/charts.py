@@ -56,10 +56,21 @@ def _share_bars(
     )
 
 
+def _empty(title: str) -> go.Figure:
+    """A titled figure without data (a chart that has nothing to show says so instead of empty axes)."""
+    fig = go.Figure()
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return _base_layout(fig, title, 80)
+
+
 def idle_by_cause(doc: Doc) -> go.Figure:
     """Main device's gap time per cause (``idle_by_cause_us``), largest cause on top."""
     values: dict[str, float] = doc.get("idle_by_cause_us") or {}
     total = sum(values.values())
+    if total <= 0:
+        why = "no device in this trace" if not doc.get("devices") else "no idle gap of the minimum length"
+        return _empty(f"Device idle by cause: {why}")
     order = tuple(sorted(palette.CAUSES, key=lambda c: -values.get(c, 0.0)))
     fig = go.Figure(_share_bars(values, order, dict(palette.CAUSE_COLORS), total))
     fig.update_yaxes(autorange="reversed")

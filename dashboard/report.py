@@ -84,11 +84,11 @@ def render(analysis: Analysis, options: ReportOptions | None = None, progress: P
     figures = {
         "idle": _fig(charts.idle_by_cause(doc)),
         "critical": _fig(charts.critical_by_kind(doc)),
-        "steps": _fig(charts.steps_stacked(doc)),
+        "steps": _fig(charts.steps_stacked(doc)) if doc["devices"] else None,  # busy/idle needs a device
         "pipeline": _fig(charts.pipeline(doc)),
     }
     context = {
-        "title": Path(doc["source"]["path"]).name or doc["source"]["path"],
+        "title": _title(analysis, doc),
         "doc": doc,
         "summary_doc": _summary_doc(doc),
         "verdict": _verdict(doc),
@@ -378,3 +378,11 @@ def _command(argv: object) -> str:
     if isinstance(argv, list):
         return " ".join(str(a) for a in argv)
     return "" if argv is None else str(argv)
+
+
+def _title(a: Analysis, doc: Doc) -> str:
+    """The bundle's folder name for a stallscope bundle, else the trace file's name."""
+    if a.sidecar is not None:
+        return Path(a.sidecar.path).parent.name
+    path = str(doc["source"]["path"])
+    return Path(path).name or path

@@ -284,3 +284,17 @@ def test_bundle_run_metadata_is_shown_as_text(tmp_path: Path) -> None:
     shown = {k: v for (k, dt), (v, dd) in itertools.pairwise(terms) if dt == "dt" and dd == "dd"}
     assert shown["torch"] == "2.13.0+cu124" and shown["cuda"] == "12.4"
     assert shown["command"] == "train.py --lr <1e-3>" and shown["git commit"] == "abc123"
+
+
+def test_a_cpu_only_bundle_says_so_instead_of_drawing_device_charts() -> None:
+    bundle = Path(__file__).resolve().parents[1] / "sample_traces" / "examples" / "item_logging"
+    a = analyze(load(bundle, use_cache=False))
+    assert not a.devices
+    page = Page(report.render(a, report.ReportOptions(cdn=True)))
+    _attrs, sentence = page.by_id("verdict")
+    assert "CPU-only profile" in sentence and "—" in page.by_id("card-utilization")[1]
+    assert page.json_script("chart-idle-data")["layout"]["title"]["text"].endswith("no device in this trace")
+    assert not [a_ for _t, a_, _x in page.elements if a_.get("id") == "chart-steps"]
+    assert "<title>stallscope report · item_logging</title>" in report.render(
+        a, report.ReportOptions(cdn=True)
+    )
