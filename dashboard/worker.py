@@ -61,6 +61,18 @@ class _Throttled:
             self._store.set_progress(self._id, message)
 
 
+def _exit_with_parent(parent: int) -> None:
+    """In the analysis process: exit when the dashboard is gone (killed without a chance to stop its
+    pool), instead of lingering as an orphan."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="stallscope-parent-watch", daemon=True).start()
+
+
 class Worker:
     """Queue of analyses. ``processes=False`` runs them in a thread of this process instead (simpler to
     debug; the page stays responsive but shares the interpreter)."""
@@ -73,7 +85,12 @@ class Worker:
 
     def _new_pool(self) -> cf.Executor:
         if self._processes:
-            return cf.ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+            return cf.ProcessPoolExecutor(
+                max_workers=1,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_exit_with_parent,
+                initargs=(os.getpid(),),
+            )
         return cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="stallscope-analysis")
 
     def submit(self, trace_id: str) -> cf.Future[str]:

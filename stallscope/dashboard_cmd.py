@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import signal
+import threading
 
 from analyzer.errors import UsageError
 
@@ -47,12 +49,18 @@ def run_dashboard(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UsageError(f"cannot listen on {args.host}:{args.port} ({exc.strerror or exc})") from None
     print(f"stallscope dashboard: {running.url}  (store {store_dir}; Ctrl-C stops it)", flush=True)
+    if threading.current_thread() is threading.main_thread():  # `kill` stops it as cleanly as Ctrl-C
+        signal.signal(signal.SIGTERM, _stop)
     try:
         running.serve_forever()
     finally:
         if services.worker is not None:
             services.worker.shutdown()
     return 0
+
+
+def _stop(_signum: int, _frame: object) -> None:
+    raise SystemExit(0)
 
 
 def configure_upload(p: argparse.ArgumentParser) -> None:
