@@ -9,7 +9,6 @@ rebuild in the background when a trace's overview is opened, so the timeline is 
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections import OrderedDict
 from pathlib import Path
@@ -31,6 +30,7 @@ class LiveAnalyses:
         self.store = store
         self._done: OrderedDict[str, Analysis] = OrderedDict()
         self._building: dict[str, threading.Lock] = {}
+        self._failed: dict[str, str] = {}
         self._lock = threading.Lock()
 
     def get(self, trace_id: str) -> Analysis:
@@ -47,24 +47,50 @@ class LiveAnalyses:
             try:
                 model = self.store.model(trace_id)
                 result = analyze_model(model, sidecar=self._sidecar(trace_id))
-            finally:
+            except BaseException:
                 with self._lock:
                     self._building.pop(trace_id, None)
+                raise
             with self._lock:
+                self._building.pop(trace_id, None)
                 self._done[trace_id] = result
                 while len(self._done) > _KEPT:
                     self._done.popitem(last=False)
         return result
 
+    def failure(self, trace_id: str) -> str | None:
+        """Why the last background rebuild of this trace failed (None: it did not fail)."""
+        with self._lock:
+            return self._failed.get(trace_id)
+
+    def ready(self, trace_id: str, wait_s: float = 0.0) -> bool:
+        """Whether ``get`` answers without rebuilding, after waiting up to ``wait_s`` for a rebuild that
+        is under way (small traces rebuild in well under a second: no need to show a progress panel)."""
+        with self._lock:
+            if trace_id in self._done:
+                return True
+            building = self._building.get(trace_id)
+        if building is not None and building.acquire(timeout=wait_s):
+            building.release()
+        with self._lock:
+            return trace_id in self._done
+
     def warm(self, trace_id: str) -> None:
-        """Rebuild in a background thread (errors are left for the view that asks to report)."""
+        """Rebuild in a background thread; a failure is left for the view that asks (``get`` raises it)."""
         with self._lock:
             if trace_id in self._done or trace_id in self._building:
                 return
+            self._failed.pop(trace_id, None)
+            self._building[trace_id] = started = threading.Lock()
+            started.acquire()  # held until the thread has taken over, so that ``ready`` waits for it
 
         def build() -> None:
-            with contextlib.suppress(Exception):  # reported by the view that needs it
+            started.release()
+            try:
                 self.get(trace_id)
+            except Exception as exc:  # kept for the page that waits for it
+                with self._lock:
+                    self._failed[trace_id] = str(exc) or type(exc).__name__
 
         threading.Thread(target=build, name=f"stallscope-warm-{trace_id[:8]}", daemon=True).start()
 

@@ -236,3 +236,58 @@ def test_unknown_pages_and_ids_are_messages(services: Services) -> None:
     assert texts(render(services, "/trace/../../etc/passwd")) == ["no page at /trace/../../etc/passwd"]
     assert texts(render(services, f"/trace/{'0' * 32}")) == [f"no trace with id '{'0' * 32}'"]
     assert "pick a 'before'" in texts(render(services, "/compare", "?a=zzz"))[-1]
+
+
+def test_a_slow_timeline_rebuild_shows_progress_then_the_page(
+    services: Services, item: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    import dashboard.live
+
+    gate = threading.Event()
+    real = dashboard.live.analyze_model
+
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        gate.wait(30)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(dashboard.live, "analyze_model", slow)
+    fresh = Services(services.store, None, services.max_upload_bytes)  # nothing rebuilt yet
+    path = f"/trace/{item}/timeline"
+    page = render(fresh, path)
+    assert find(page, explorer.Ids.PREPARING_TICK.value) is not None
+    assert any(t.startswith("preparing the timeline: rebuilding the analysis of") for t in texts(page))
+    assert explorer.on_preparing(fresh, item, path, "") is no_update
+    gate.set()
+    assert fresh.live.ready(item, wait_s=30)
+    assert find(explorer.on_preparing(fresh, item, path, ""), explorer.Ids.GRAPH.value) is not None
+
+
+def test_a_failed_timeline_rebuild_is_a_message(
+    services: Services, item: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import dashboard.live
+
+    def broken(*_args: Any, **_kwargs: Any) -> Any:
+        raise ValueError("the graph could not be rebuilt")
+
+    monkeypatch.setattr(dashboard.live, "analyze_model", broken)
+    fresh = Services(services.store, None, services.max_upload_bytes)
+    assert "the graph could not be rebuilt" in texts(render(fresh, f"/trace/{item}/timeline"))
+
+
+def test_clicking_a_bar_shows_that_event(services: Services, item: str) -> None:
+    from dashboard import timeline
+
+    view = explorer.full_view(services.store.analysis(item))
+    a = services.live.get(item)
+    sl = timeline.extract(a.model, a, view["start"], view["end"], explorer.MAX_ITEMS)
+    (row_index,) = [i for i, r in enumerate(sl.rows) if r.kind == timeline.RowKind.STREAM]
+    items = sl.rows[row_index].items
+    pick = len(items) // 2
+    base_ms = (float(items.start_us[pick]) - view["start"]) / 1000
+    click = {"points": [{"base": base_ms, "x": 0.01, "y": row_index}]}
+    shown = texts(explorer.details(services, item, view, click))
+    assert shown[0] == items.name[pick]
+    assert shown[-1] == (items.site[pick] or "no call site in the trace")

@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
 from dashboard import palette, timeline
-from dashboard.pages.common import Doc, message, ms, trace_nav
+from dashboard.pages.common import Doc, Shell, message, ms, trace_nav
 from dashboard.services import Services
 from dashboard.store import Entry, StoreError
 
@@ -32,6 +32,8 @@ class Ids(str, Enum):
     DETAILS = "explorer-details"
     RESET = "explorer-reset"
     ZOOM_OUT = "explorer-zoom-out"
+    PREPARING_TICK = "explorer-preparing-tick"
+    PREPARING_TRACE = "explorer-preparing-trace"
     RANGE = "explorer-range"  # the relayouts that change the x range (not plotly's own autosize events)
 
 
@@ -191,6 +193,11 @@ def _panel(title: str, lines: list[str]) -> html.Div:
 def layout(services: Services, entry: Entry) -> html.Div:
     doc = services.store.analysis(entry.id)
     view = full_view(doc)
+    live = services.live
+    if not live.ready(entry.id):
+        live.warm(entry.id)
+        if not live.ready(entry.id, wait_s=1.0) and live.failure(entry.id) is None:
+            return preparing(entry, doc)
     try:
         fig, status = draw(services, entry.id, view)
     except (StoreError, ValueError) as exc:
@@ -225,7 +232,44 @@ function(r) {
 """
 
 
+def preparing(entry: Entry, doc: Doc) -> html.Div:
+    """Shown while the typed analysis is rebuilt (seconds for a 1M-event trace); polls until ready."""
+    events = doc["source"].get("events") or 0
+    return html.Div(
+        [
+            trace_nav(entry, "/timeline"),
+            html.Div(
+                f"preparing the timeline: rebuilding the analysis of {events:,} events…",
+                className="stallscope-progress",
+            ),
+            dcc.Store(id=Ids.PREPARING_TRACE.value, data=entry.id),
+            dcc.Interval(id=Ids.PREPARING_TICK.value, interval=500),
+        ]
+    )
+
+
+def on_preparing(services: Services, trace_id: str, pathname: str | None, search: str | None) -> Any:
+    """The timeline page once its analysis is ready or its rebuild failed (then the page says why)."""
+    live = services.live
+    if not live.ready(trace_id) and live.failure(trace_id) is None:
+        return no_update
+    from dashboard.pages import render
+
+    return render(services, pathname, search)
+
+
 def register(app: Dash, services: Services) -> None:
+    @app.callback(
+        Output(Shell.CONTENT.value, "children", allow_duplicate=True),
+        Input(Ids.PREPARING_TICK.value, "n_intervals"),
+        State(Ids.PREPARING_TRACE.value, "data"),
+        State(Shell.URL.value, "pathname"),
+        State(Shell.URL.value, "search"),
+        prevent_initial_call=True,
+    )
+    def prepared(_n: int, trace_id: str, pathname: str | None, search: str | None) -> Any:
+        return on_preparing(services, trace_id, pathname, search)
+
     clientside: Any = app.clientside_callback  # untyped in dash
     clientside(
         _RANGE_ONLY,
