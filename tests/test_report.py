@@ -276,7 +276,8 @@ def test_bundle_run_metadata_is_shown_as_text(tmp_path: Path) -> None:
         "argv": ["train.py", "--lr", "<1e-3>"],
         "git_commit": "abc123",
     }
-    sidecar = {"schema": "stallscope.sidecar/1", "run": run, "sync_sites": [], "step_timing": {}}
+    timing = {"count": 5, "steps": {"host_ms": [900.0, 30.0, 30.0, 40.0, 40.0], "device_ms": None}}
+    sidecar = {"schema": "stallscope.sidecar/1", "run": run, "sync_sites": [], "step_timing": timing}
     (bundle / "sidecar.json").write_text(json.dumps(sidecar))
     a = analyze(load(bundle, use_cache=False))
     page = Page(report.render(a, report.ReportOptions(cdn=True)))
@@ -284,6 +285,13 @@ def test_bundle_run_metadata_is_shown_as_text(tmp_path: Path) -> None:
     shown = {k: v for (k, dt), (v, dd) in itertools.pairwise(terms) if dt == "dt" and dd == "dd"}
     assert shown["torch"] == "2.13.0+cu124" and shown["cuda"] == "12.4"
     assert shown["command"] == "train.py --lr <1e-3>" and shown["git commit"] == "abc123"
+    # AND the whole run's step timing (steady state: every step but the first) against the profiled steps
+    rt = a.run_timing
+    assert rt is not None and rt.profiled_median_ms is not None and rt.profiled_ratio is not None
+    assert shown["whole run"] == (
+        f"5 steps timed: host median 35.00 ms, p90 40.00 ms; the profiled steps ({rt.profiled_median_ms:.2f} ms) "
+        f"are not typical of the run (×{rt.profiled_ratio:.2f})"
+    )
 
 
 def test_a_cpu_only_bundle_says_so_instead_of_drawing_device_charts() -> None:
