@@ -83,6 +83,13 @@ def _blueprint(services: Services) -> Blueprint:
             return jsonify(error=f"no trace with id {rest[7:47]!r}"), 404
         return jsonify(error="no such API route"), 404
 
+    _errors(api, services)
+    return api
+
+
+def _errors(api: Blueprint, services: Services) -> None:
+    """Every error of an /api route as one line of JSON with its status."""
+
     @api.errorhandler(UnknownTrace)
     def unknown(exc: UnknownTrace) -> tuple[Response, int]:
         return jsonify(error=str(exc)), 404
@@ -115,5 +122,3 @@ def _blueprint(services: Services) -> Blueprint:
     def bug(exc: Exception) -> tuple[Response, int]:
         log.exception("API error")  # the traceback goes to the server's log, never to the client
         return jsonify(error=f"internal error ({type(exc).__name__})"), 500
-
-    return api

@@ -59,6 +59,7 @@ def layout(services: Services) -> html.Div:
                 id=Ids.UPLOAD.value,
                 max_size=services.max_upload_bytes,
                 multiple=False,
+                style_reject={"border": "2px dashed #b42318", "backgroundColor": "#fdecea"},  # over the limit
                 style={
                     "border": "2px dashed #9aa5b1",
                     "borderRadius": "8px",
