@@ -136,3 +136,23 @@ def test_stallscope_upload_sends_a_bundle_folder_and_waits(
     assert f"{summary['avoidable_sync_count']} avoidable syncs" in out
     assert main(["upload", str(tmp_path / "missing.json"), "--to", server.url]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "route",
+    [
+        "/../../../../etc/passwd",
+        "/%2e%2e/%2e%2e/%2e%2e/etc/passwd",
+        "/assets/..%2f..%2f..%2f..%2fetc%2fpasswd",
+        "/_dash-component-suites/..%2f..%2f..%2fetc/passwd",
+        "/api/traces/..%2f..%2f..%2fetc%2fpasswd/analysis",
+    ],
+)
+def test_no_route_reads_files_outside_the_app(server: Running, route: str) -> None:
+    request = urllib.request.Request(server.url + route)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as r:
+            body = r.read().decode(errors="replace")
+    except urllib.error.HTTPError as exc:
+        body = exc.read().decode(errors="replace")
+    assert "root:x:0:0" not in body

@@ -35,10 +35,15 @@ def dashboard(tmp_path: Path) -> Iterator[str]:
         services.worker.shutdown()
 
 
-def test_upload_overview_timeline_zoom_compare(browser: Browser, dashboard: str) -> None:
+HOSTILE = "<img src=x onerror=alert(1)>.pt.trace.json.gz"  # a file name is trace text too
+
+
+def test_upload_overview_timeline_zoom_compare(browser: Browser, dashboard: str, tmp_path: Path) -> None:
+    upload = tmp_path / HOSTILE
+    upload.write_bytes(ITEM.read_bytes())
     browser.open(dashboard + "/")
     browser.wait_for("return document.querySelector('#traces-upload input[type=file]')", timeout=30)
-    browser.driver.find_element("css selector", "#traces-upload input[type=file]").send_keys(str(ITEM))
+    browser.driver.find_element("css selector", "#traces-upload input[type=file]").send_keys(str(upload))
     # the upload opens the trace's page: progress first, then the overview once the worker is done
     browser.wait_for("return location.pathname.startsWith('/trace/')", timeout=30)
     verdict = browser.wait_for(
@@ -46,6 +51,8 @@ def test_upload_overview_timeline_zoom_compare(browser: Browser, dashboard: str)
     )
     assert "-bound" in verdict
     assert browser.js("return document.querySelectorAll('#overview-findings li').length") > 0
+    assert HOSTILE in browser.js("return document.body.innerText")  # shown as text, not run
+    assert browser.js("return document.querySelectorAll('img[src=x]').length") == 0
     trace_path = browser.js("return location.pathname")
 
     browser.driver.find_element("link text", "Timeline").click()
@@ -68,4 +75,7 @@ def test_upload_overview_timeline_zoom_compare(browser: Browser, dashboard: str)
 
     browser.driver.find_element("link text", "Compare…").click()
     browser.wait_for("return document.querySelector('#compare-a')", timeout=30)
+    browser.driver.find_element("link text", "Traces").click()
+    browser.wait_for(f"return document.body.innerText.includes({HOSTILE!r})", timeout=30)
+    assert browser.dialog_text() is None
     assert browser.console_errors() == []
