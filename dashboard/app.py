@@ -39,7 +39,7 @@ def create_app(services: Services) -> dash.Dash:
     )
     app.layout = html.Div(
         [
-            dcc.Location(id=Shell.URL.value),
+            dcc.Location(id=Shell.URL.value, refresh="callback-nav"),  # callbacks navigate without a reload
             html.Div(
                 [
                     dcc.Link("stallscope", href="/", style={"fontWeight": "700", "marginRight": "18px"}),
