@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import re
 import shutil
 import sqlite3
@@ -99,6 +100,12 @@ class Entry:
             "tags": list(self.tags),
             "summary": self.summary,
         }
+
+
+def default_root() -> Path:
+    """``$XDG_DATA_HOME/stallscope/dashboard`` (``~/.local/share/...``): survives restarts and reboots."""
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(base) / "stallscope" / "dashboard"
 
 
 def check_id(trace_id: str) -> str:

@@ -13,7 +13,6 @@ import multiprocessing
 import os
 import threading
 import time
-from pathlib import Path
 
 from analyzer.errors import StallscopeError
 from dashboard.store import Store
@@ -118,9 +117,3 @@ class Worker:
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
-
-
-def default_store_dir() -> Path:
-    """``$XDG_DATA_HOME/stallscope/dashboard`` (``~/.local/share/...``): survives restarts and reboots."""
-    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
-    return Path(base) / "stallscope" / "dashboard"

@@ -33,13 +33,13 @@ def configure_dashboard(p: argparse.ArgumentParser) -> None:
 
 def run_dashboard(args: argparse.Namespace) -> int:
     from dashboard.app import Running, create_app, open_services
-    from dashboard.worker import default_store_dir
+    from dashboard.store import default_root
 
     if args.max_upload_mb <= 0:
         raise UsageError(f"--max-upload-mb must be a positive number of MB, not {args.max_upload_mb}")
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port must be between 0 and 65535, not {args.port}")
-    store_dir = args.store or default_store_dir()
+    store_dir = args.store or default_root()
     try:
         services = open_services(store_dir, args.max_upload_mb)
     except OSError as exc:
