@@ -85,6 +85,9 @@ def test_traces_page_lists_searches_and_never_renders_names_as_markup(services: 
     markdown = [c["id"] for c in table.columns if c.get("presentation") == "markdown"]
     assert markdown == ["open"] and by_id[hostile]["open"] == f"[open](/trace/{hostile})"
     assert [r["id"] for r in traces.rows(services.store.entries(), "ONERROR")] == [hostile]
+    tagged = services.store.add("t.json.gz", io.BytesIO(ITEM.read_bytes()), 64 * MB, ("before-fix",)).id
+    assert [r["id"] for r in traces.rows(services.store.entries(), "Before")] == [tagged]
+    services.store.delete(tagged)
     services.store.delete(hostile)
 
 

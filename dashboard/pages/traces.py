@@ -34,6 +34,7 @@ class Ids(str, Enum):
 
 COLUMNS = [
     {"id": "name", "name": "name"},
+    {"id": "tags", "name": "tags"},
     {"id": "uploaded", "name": "uploaded (UTC)"},
     {"id": "status", "name": "status"},
     {"id": "utilization", "name": "GPU utilization", "type": "numeric", "format": {"specifier": ".1%"}},
@@ -71,7 +72,9 @@ def layout(services: Services) -> html.Div:
             html.Div(id=Ids.UPLOAD_MESSAGE.value),
             html.Div(
                 [
-                    dcc.Input(id=Ids.SEARCH.value, type="search", placeholder="search names", debounce=True),
+                    dcc.Input(
+                        id=Ids.SEARCH.value, type="search", placeholder="search names and tags", debounce=True
+                    ),
                     html.Button("Delete selected", id=Ids.DELETE.value, style={"marginLeft": "8px"}),
                     html.Button("Compare two selected", id=Ids.COMPARE.value, style={"marginLeft": "8px"}),
                     html.Span(id=Ids.MESSAGE.value, style={"marginLeft": "12px"}),
@@ -94,12 +97,12 @@ def layout(services: Services) -> html.Div:
 
 
 def rows(entries: list[Entry], search: str | None) -> list[dict[str, Any]]:
-    """Table rows of the entries whose name contains ``search`` (case-insensitive). The name is a plain
+    """Table rows of the entries whose name or a tag contains ``search`` (case-insensitive). The name is a plain
     text cell; the only markdown is the link, built from the id (32 hex digits)."""
     needle = (search or "").strip().lower()
     out = []
     for e in entries:
-        if needle and needle not in e.name.lower():
+        if needle and needle not in e.name.lower() and not any(needle in t.lower() for t in e.tags):
             continue
         s = e.summary or {}
         saving = s.get("est_saving_us")
@@ -107,6 +110,7 @@ def rows(entries: list[Entry], search: str | None) -> list[dict[str, Any]]:
             {
                 "id": e.id,
                 "name": e.name,
+                "tags": ", ".join(e.tags),
                 "uploaded": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(e.uploaded_at)),
                 "status": e.status.value if e.status.value != "error" else f"error: {e.error[:80]}",
                 "utilization": s.get("device_utilization"),
