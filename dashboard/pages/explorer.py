@@ -8,14 +8,12 @@ syncs are rows and marks of the same figure. A click shows the item's details an
 
 from __future__ import annotations
 
-from dataclasses import replace
 from enum import Enum
 from typing import Any
 
-import plotly.graph_objects as go
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
-from dashboard import palette, timeline
+from dashboard import timeline
 from dashboard.pages.common import Doc, Shell, message, ms, trace_nav
 from dashboard.services import Services
 from dashboard.store import Entry, StoreError
@@ -86,8 +84,7 @@ def draw(services: Services, trace_id: str, view: dict[str, float]) -> tuple[Any
     """The figure of ``view`` and a status line (range shown, items drawn, whether merged)."""
     a = services.live.get(trace_id)
     sl = timeline.extract(a.model, a, view["start"], view["end"], MAX_ITEMS)
-    fig = timeline.figure(replace(sl, steps=()))
-    _step_lines(fig, sl)
+    fig = timeline.figure(sl)
     fig.update_layout(uirevision=f"{view['start']}-{view['end']}")
     merged = ", short events merged" if sl.merged else ""
     status = (
@@ -95,26 +92,6 @@ def draw(services: Services, trace_id: str, view: dict[str, float]) -> tuple[Any
         f" · {sl.items:,} items{merged} · drag to zoom, double-click to reset, click an item for details"
     )
     return fig, status
-
-
-def _step_lines(fig: go.Figure, sl: timeline.TimelineSlice) -> None:
-    """Step boundaries as dotted lines, added in one layout update: ``timeline.figure`` adds one
-    ``add_vline`` per step, which costs tens of ms each in plotly (4 s for a window of 75 steps)."""
-    lines = [
-        {
-            "type": "line",
-            "xref": "x",
-            "yref": "paper",
-            "x0": (s - sl.start_us) / 1000,
-            "x1": (s - sl.start_us) / 1000,
-            "y0": 0,
-            "y1": 1,
-            "line": {"color": palette.MUTED, "width": 1, "dash": "dot"},
-        }
-        for _name, s, _e in sl.steps
-        if s > sl.start_us
-    ]
-    fig.update_layout(shapes=list(fig.layout.shapes) + lines)
 
 
 def on_view(
