@@ -77,13 +77,29 @@ def load_cached(key: str, path: str) -> TraceModel | None:
     wait(key)
     folder = cache_root() / key
     try:
-        meta = json.loads((folder / "model.json").read_text())
-        table = pq.ParquetFile(
-            folder / "events.parquet", memory_map=True
-        ).read()  # no dataset API: no pandas import
-        return _model_from(meta, table, path)
+        return read_model(folder, path)
     except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
         return None
+
+
+MODEL_FILES = ("events.parquet", "model.json")
+
+
+def write_model(folder: Path, model: TraceModel) -> None:
+    """Write ``model`` into ``folder`` as ``MODEL_FILES`` (the event columns as Parquet, the rest as
+    JSON). The cache and the dashboard's store share this layout."""
+    table = pa.table({name: _arrow(values) for name, values in model.events.columns().items()})
+    pq.write_table(table, folder / "events.parquet", compression="lz4", use_dictionary=False)
+    (folder / "model.json").write_text(json.dumps(_meta_of(model)))
+
+
+def read_model(folder: Path, path: str) -> TraceModel:
+    """The model ``write_model`` wrote into ``folder``; ``path`` becomes its source path. Raises
+    ``OSError``, ``ValueError``, ``KeyError``, ``TypeError`` or ``pyarrow.ArrowException`` when the
+    files are missing or damaged."""
+    meta = json.loads((folder / "model.json").read_text())
+    table = pq.ParquetFile(folder / "events.parquet", memory_map=True).read()  # no pandas import
+    return _model_from(meta, table, path)
 
 
 def store(
@@ -122,9 +138,7 @@ def _store_now(key: str, model: TraceModel, source: Path | None, token: dict[str
         except OSError:
             return
         try:
-            table = pa.table({name: _arrow(values) for name, values in model.events.columns().items()})
-            pq.write_table(table, tmp / "events.parquet", compression="lz4", use_dictionary=False)
-            (tmp / "model.json").write_text(json.dumps(_meta_of(model)))
+            write_model(tmp, model)
             shutil.rmtree(root / key, ignore_errors=True)  # an unreadable entry: rename cannot replace it
             os.replace(tmp, root / key)
         except OSError:

@@ -91,8 +91,8 @@ def render(analysis: Analysis, options: ReportOptions | None = None, progress: P
         "title": _title(analysis, doc),
         "doc": doc,
         "summary_doc": _summary_doc(doc),
-        "verdict": _verdict(doc),
-        "findings": _findings(doc),
+        "verdict": verdict_doc(doc),
+        "findings": findings_doc(doc),
         "syncs": _sync_groups(doc, opts.max_sync_rows),
         "whatif": _whatif(analysis, doc),
         "pipeline": doc["pipeline"],
@@ -217,7 +217,7 @@ def _summary_doc(doc: Doc) -> Doc:
     return out
 
 
-def _verdict(doc: Doc) -> Doc:
+def verdict_doc(doc: Doc) -> Doc:
     """One sentence and three numbers: utilization, idle (by cause), and the best estimated saving: the
     larger of ``summary.est_saving_us`` (no avoidable syncs / overlapped input) and the findings' own
     estimates, saying which it is."""
@@ -280,7 +280,9 @@ def _site(site: Doc | None) -> str:
     return f"{site['file']}:{site['line']} in {site['function']}" if site else ""
 
 
-def _findings(doc: Doc) -> list[Doc]:
+def findings_doc(doc: Doc) -> list[Doc]:
+    """The findings as the report lists them (most expensive first, call site as text); the dashboard's
+    overview shows the same rows."""
     return [
         {
             "rank": i,

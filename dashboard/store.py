@@ -36,9 +36,8 @@ from pathlib import Path
 from typing import IO, Any, NoReturn
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from analyzer.cache import _arrow, _meta_of, _model_from  # the cache's own Parquet layout, reused
+from analyzer.cache import MODEL_FILES, read_model, write_model  # the cache's own Parquet layout
 from analyzer.errors import StallscopeError
 from analyzer.model import TraceModel
 from dashboard.unpack import BadUpload, place
@@ -221,11 +220,9 @@ class Store:
         folder = self._folder(trace_id)
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=folder))
         try:
-            table = pa.table({n: _arrow(v) for n, v in model.events.columns().items()})
-            pq.write_table(table, tmp / "events.parquet", compression="lz4", use_dictionary=False)
-            (tmp / "model.json").write_text(json.dumps(_meta_of(model)))
+            write_model(tmp, model)
             (tmp / "analysis.json").write_text(json.dumps(analysis, allow_nan=False))
-            sums = {f: _sha256(tmp / f) for f in ("events.parquet", "model.json", "analysis.json")}
+            sums = {f: _sha256(tmp / f) for f in (*MODEL_FILES, "analysis.json")}
             result = f"result-{uuid.uuid4().hex[:8]}"
             tmp.rename(folder / result)
         except BaseException:
@@ -339,11 +336,9 @@ class Store:
             if trace_id in self._models:
                 self._models.move_to_end(trace_id)
                 return self._models[trace_id]
-        folder = self._result(trace_id, ("events.parquet", "model.json"))
+        folder = self._result(trace_id, MODEL_FILES)
         try:
-            meta = json.loads((folder / "model.json").read_text())
-            table = pq.ParquetFile(folder / "events.parquet", memory_map=True).read()
-            model = _model_from(meta, table, self.get(trace_id).name)
+            model = read_model(folder, self.get(trace_id).name)
         except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
             self._mark_corrupt(trace_id, "the stored trace model cannot be read")
         with self._lock:

@@ -133,11 +133,11 @@ def test_delete_and_compare_buttons(services: Services, item: str, clean: str) -
 
 
 def test_overview_shows_the_reports_verdict_and_every_finding(services: Services, item: str) -> None:
-    from dashboard.report import _verdict
+    from dashboard.report import verdict_doc
 
     doc = services.store.analysis(item)
     page = render(services, f"/trace/{item}")
-    assert find(page, overview.Ids.VERDICT.value).children == _verdict(doc)["sentence"]
+    assert find(page, overview.Ids.VERDICT.value).children == verdict_doc(doc)["sentence"]
     findings = find(page, overview.Ids.FINDINGS.value)
     shown = " ".join(texts(findings))
     assert len(doc["findings"]) > 0

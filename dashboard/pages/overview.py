@@ -36,7 +36,7 @@ def headline(doc: Doc) -> list[tuple[str, str]]:
 
 
 def findings_list(doc: Doc) -> html.Div:
-    from dashboard.report import _findings as report_findings  # the report's own rows, shared verbatim
+    from dashboard.report import findings_doc as report_findings  # the report's own rows, shared verbatim
 
     items = []
     for f in report_findings(doc):
@@ -62,7 +62,7 @@ def findings_list(doc: Doc) -> html.Div:
 
 def layout(services: Services, entry: Entry) -> html.Div:
     from dashboard import charts
-    from dashboard.report import _verdict as report_verdict  # the report's verdict sentence, verbatim
+    from dashboard.report import verdict_doc as report_verdict  # the report's verdict sentence, verbatim
 
     doc = services.store.analysis(entry.id)
     services.live.warm(entry.id)  # the timeline needs the typed analysis: start rebuilding it now
