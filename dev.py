@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Set up and run stallscope's developer tasks with nothing but Python 3.10+ and pip.
 
-    python3 dev.py demo    set up .venv, then profile examples/item_logging.py and print the verdict
+    python3 dev.py demo    set up .venv, profile examples/item_logging.py, print the verdict, write a report
     python3 dev.py test    set up .venv, then lint (ruff, mypy --strict) and run the test suite
     python3 dev.py lint    lint only
     python3 dev.py bench   benchmarks/bench_load.py (installs HolisticTraceAnalysis in its own venv)
@@ -58,6 +58,8 @@ def main(argv: list[str]) -> int:
             setup()
             out = ROOT / "stallscope_out" / "demo-item_logging"
             run(BIN / "stallscope", "profile", "-o", out.relative_to(ROOT), DEMO_SCRIPT.relative_to(ROOT))
+            report = out.with_name(out.name + ".report.html").relative_to(ROOT)
+            run(BIN / "stallscope", "report", out.relative_to(ROOT), "-o", report)
         elif task == "test":
             setup()
             lint()

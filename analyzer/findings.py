@@ -263,7 +263,7 @@ def would_sync_on_gpu(a: Analysis) -> list[Finding]:
             Finding(
                 f"would_sync_{kind.value}",
                 Severity.MEDIUM,
-                f"`{op}` at {site}: {n}x in the run; on a GPU it would block the host ({kind.value})",
+                f"`{op}` at {site}: {n}x in the profiled window; on a GPU it would block the host ({kind.value})",
                 site,
                 n,
                 0.0,

@@ -118,7 +118,7 @@ def _syncs(a: Analysis, top: int = 2) -> list[str]:
 
 
 def _whatif(a: Analysis) -> list[str]:
-    if a.whatif is None:
+    if a.whatif is None or a.main_device is None:  # nothing on a device to re-time
         return []
     w = a.whatif
     rows = [f"  what-if   {'as recorded':<20} {ms(w.replayed_wall_us):>11}"]
