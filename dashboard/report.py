@@ -28,6 +28,7 @@ from markupsafe import Markup
 from analyzer.analysis import Analysis
 from analyzer.output import to_json
 from dashboard import charts, palette, timeline
+from dashboard.headline import cpu_only
 
 Progress = Callable[[str], None]
 Doc = dict[str, Any]
@@ -231,7 +232,8 @@ def verdict_doc(doc: Doc) -> Doc:
     for i, f in enumerate(doc["findings"], 1):  # a finding's own estimate can be the larger one
         if f["est_saving_us"] > saving:
             saving, how = float(f["est_saving_us"]), f"by fixing finding {i} ({f['rule']})"
-    if not doc["devices"]:
+    no_device = cpu_only(doc)
+    if no_device:
         sentence = (
             "CPU-only profile: no kernels, copies or memsets ran on a device, so nothing waited on a GPU."
         )
@@ -249,6 +251,7 @@ def verdict_doc(doc: Doc) -> Doc:
     gaps = sum(v for v, _c in idle)
     return {
         "sentence": sentence,
+        "cpu_only": no_device,  # no utilization or bottleneck to show (the views say "CPU only")
         "bottleneck": s["bottleneck"],
         "utilization": s["device_utilization"],
         "idle_us": idle_us,

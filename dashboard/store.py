@@ -40,6 +40,7 @@ import pyarrow as pa
 from analyzer.cache import MODEL_FILES, read_model, write_model  # the cache's own Parquet layout
 from analyzer.errors import StallscopeError
 from analyzer.model import TraceModel
+from dashboard.headline import catalog_summary
 from dashboard.unpack import BadUpload, place
 
 ID_RE = re.compile(r"[0-9a-f]{32}")
@@ -85,7 +86,7 @@ class Entry:
     progress: str
     error: str
     tags: tuple[str, ...]
-    summary: dict[str, Any] | None  # the analysis ``summary`` once ready (headline numbers)
+    summary: dict[str, Any] | None  # ``headline.catalog_summary`` once ready (headline numbers)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -228,7 +229,7 @@ class Store:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        s = analysis.get("summary") or {}
+        s = catalog_summary(analysis)  # CPU-only: null utilization, ``cpu_only`` set
         with self._db() as db:
             old = db.execute("select result from traces where id = ?", (trace_id,)).fetchone()
             db.execute(

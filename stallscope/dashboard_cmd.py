@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import signal
 import threading
+from typing import Any
 
 from analyzer.errors import UsageError
 
@@ -81,9 +82,21 @@ def run_upload(args: argparse.Namespace) -> int:
             raise client.UploadError(
                 f"analysis {entry.get('status')}: {entry.get('error') or 'no reason given'}"
             )
-        s = entry.get("summary") or {}
-        print(
-            f"  {s.get('bottleneck')}-bound, GPU utilization {s.get('device_utilization', 0):.1%}, "
-            f"{s.get('avoidable_sync_count')} avoidable syncs, est. saving {s.get('est_saving_us', 0) / 1000:.2f} ms"
-        )
+        print(f"  {wait_summary(entry.get('summary') or {})}")
     return 0
+
+
+def wait_summary(s: dict[str, Any]) -> str:
+    """The one line ``upload --wait`` prints from the dashboard's headline numbers; a CPU-only trace says
+    so instead of "host-bound, GPU utilization 0.0%" (``dashboard.headline``, as the pages)."""
+    from dashboard.headline import CPU_ONLY, bottleneck_text, utilization_text
+
+    verdict = (
+        CPU_ONLY
+        if s.get("cpu_only")
+        else f"{bottleneck_text(s)}-bound, GPU utilization {utilization_text(s)}"
+    )
+    return (
+        f"{verdict}, {s.get('avoidable_sync_count') or 0} avoidable syncs, "
+        f"est. saving {(s.get('est_saving_us') or 0) / 1000:.2f} ms"
+    )

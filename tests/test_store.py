@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import sqlite3
 import tarfile
 import threading
 import zipfile
@@ -22,6 +23,7 @@ from dashboard.worker import analyse_entry
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
 ITEM = SAMPLES / "item_in_loop.pt.trace.json.gz"
+CPU_ONLY = SAMPLES / "examples" / "item_logging" / "trace.pt.trace.json.gz"  # no device activity
 MB = 1 << 20
 
 
@@ -40,12 +42,27 @@ def test_upload_is_analysed_into_the_same_json_as_the_cli(tmp_path: Path) -> Non
     doc = store.analysis(trace_id)
     assert entry.status is Status.READY and entry.name == ITEM.name
     assert entry.size_bytes == ITEM.stat().st_size
-    assert doc["summary"] == direct["summary"] and entry.summary == direct["summary"]
+    assert doc["summary"] == direct["summary"] and entry.summary == {**direct["summary"], "cpu_only": False}
     assert doc["syncs"] == direct["syncs"] and doc["findings"] == direct["findings"]
     assert doc["source"]["path"] == ITEM.name  # the server's folders are never shown
     model = store.model(trace_id)
     assert model.event_count == direct["source"]["events"]
     assert store.model(trace_id) is model  # decoded once, then served from memory
+
+
+def test_a_cpu_only_trace_is_catalogued_with_no_utilization(tmp_path: Path) -> None:
+    """GIVEN a trace with no device activity WHEN it is analysed THEN the catalog says CPU-only and keeps a
+    null utilization (not the analysis' meaningless 0), while the analysis JSON itself is untouched."""
+    store = Store(tmp_path / "store")
+    trace_id = stored(store, CPU_ONLY)
+    direct = to_json(analyze(load(CPU_ONLY, use_cache=False)))
+    assert direct["devices"] == [] and direct["summary"]["device_utilization"] == 0.0
+    summary = store.get(trace_id).summary
+    assert summary is not None and summary["cpu_only"] is True and summary["device_utilization"] is None
+    assert summary["wall_us"] == direct["summary"]["wall_us"]
+    assert store.analysis(trace_id)["summary"] == direct["summary"]
+    with sqlite3.connect(store.root / "catalog.sqlite") as db:
+        assert db.execute("select utilization from traces where id = ?", (trace_id,)).fetchone() == (None,)
 
 
 def test_upload_over_the_limit_leaves_nothing_behind(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from dash import Dash, Input, Output, dcc, html
 
+from dashboard.headline import bottleneck_text, catalog_summary
 from dashboard.pages import figures
 from dashboard.pages.common import Doc, data_table, message, ms, pct, site_text
 from dashboard.services import Services
@@ -35,7 +36,7 @@ HEADLINE = (
 
 def _fmt(value: Any, how: str) -> str:
     if value is None:
-        return "-"
+        return "—" if how == "pct" else "-"  # a CPU-only trace has no utilization
     return ms(value) if how == "ms" else pct(value) if how == "pct" else f"{value:,}"
 
 
@@ -50,7 +51,9 @@ def _delta(a: Any, b: Any, how: str) -> str:
 
 
 def headline_rows(a: Doc, b: Doc) -> list[dict[str, Any]]:
-    sa, sb = a["summary"], b["summary"]
+    """Before/after rows of the headline numbers; a CPU-only side has no utilization (no delta, no
+    verdict) and its bottleneck reads "CPU only", as on the overview."""
+    sa, sb = catalog_summary(a), catalog_summary(b)
     rows = []
     for key, label, how, lower_better in HEADLINE:
         va, vb = sa.get(key), sb.get(key)
@@ -67,8 +70,8 @@ def headline_rows(a: Doc, b: Doc) -> list[dict[str, Any]]:
     rows.append(
         {
             "metric": "bottleneck",
-            "before": sa.get("bottleneck") or "-",
-            "after": sb.get("bottleneck") or "-",
+            "before": bottleneck_text(sa),
+            "after": bottleneck_text(sb),
             "change": "",
             "verdict": "",
         }
