@@ -40,17 +40,21 @@ def create_app(services: Services) -> dash.Dash:
     app.layout = html.Div(
         [
             dcc.Location(id=Shell.URL.value, refresh="callback-nav"),  # callbacks navigate without a reload
-            html.Div(
-                [
-                    dcc.Link("stallscope", href="/", style={"fontWeight": "700", "marginRight": "18px"}),
-                    dcc.Link("Traces", href="/", style={"marginRight": "12px"}),
-                    dcc.Link("Compare", href="/compare"),
-                ],
-                style={"padding": "8px 0", "borderBottom": "1px solid #e4e7eb", "marginBottom": "10px"},
+            html.Header(
+                html.Nav(
+                    [
+                        dcc.Link("stallscope", href="/", className="ss-brand"),
+                        dcc.Link("Traces", href="/"),
+                        dcc.Link("Compare", href="/compare"),
+                    ],
+                    className="ss-inner",
+                ),
+                className="ss-top",
             ),
-            html.Div(id=Shell.CONTENT.value),
+            html.Main(html.Div(id=Shell.CONTENT.value), className="ss-main"),
         ],
-        style={"fontFamily": FONT_FAMILY, "color": TEXT, "margin": "0 18px"},
+        # the look is assets/stallscope.css; these two keep the text readable should it fail to load
+        style={"fontFamily": FONT_FAMILY, "color": TEXT},
     )
     pages.register(app, services)
     return app

@@ -15,7 +15,7 @@ import pytest
 from analyzer.analysis import analyze
 from analyzer.loader import load
 from analyzer.output import to_json
-from dashboard import client
+from dashboard import client, palette
 from dashboard.app import Running, create_app, open_services
 from dashboard.client import UploadError
 from stallscope.cli import main
@@ -136,6 +136,21 @@ def test_stallscope_upload_sends_a_bundle_folder_and_waits(
     assert f"{summary['avoidable_sync_count']} avoidable syncs" in out
     assert main(["upload", str(tmp_path / "missing.json"), "--to", server.url]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_the_page_links_the_stylesheet_and_the_server_serves_it(server: Running) -> None:
+    """The dashboard's look (dashboard/pages/assets/stallscope.css) reaches the browser: Dash links it
+    from the page and serves it, with the palette's colours in it."""
+    with urllib.request.urlopen(f"{server.url}/", timeout=30) as r:
+        index = r.read().decode()
+    assert "/assets/stallscope.css" in index
+    with urllib.request.urlopen(f"{server.url}/assets/stallscope.css", timeout=30) as r:
+        assert r.status == 200 and r.headers["Content-Type"].startswith("text/css")
+        css = r.read().decode()
+    for var, value in [("text", palette.TEXT), ("muted", palette.MUTED), ("grid", palette.GRID)]:
+        assert f"--{var}: {value};" in css
+    assert f"--font: {palette.FONT_FAMILY};" in css and f"--mono: {palette.MONO_FAMILY};" in css
+    assert f"--link: {palette.HOST};" in css
 
 
 @pytest.mark.parametrize(

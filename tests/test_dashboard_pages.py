@@ -21,10 +21,12 @@ from dashboard.pages.common import Shell
 from dashboard.services import Services
 from dashboard.store import Status, Store
 from dashboard.worker import analyse_entry
+from stallscope.dashboard_cmd import wait_summary
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
 ITEM = SAMPLES / "item_in_loop.pt.trace.json.gz"
 CLEAN = SAMPLES / "clean_pipeline.pt.trace.json.gz"
+CPU_ONLY = SAMPLES / "examples" / "item_logging" / "trace.pt.trace.json.gz"  # no device activity
 MB = 1 << 20
 
 
@@ -145,6 +147,59 @@ def test_overview_shows_the_reports_verdict_and_every_finding(services: Services
         assert f["title"] in shown and f["advice"] in shown
     site = doc["findings"][0]["call_site"]
     assert f"{site['file']}:{site['line']} in {site['function']}" in shown
+
+
+def cards(component: Any) -> dict[str, str]:
+    """The overview's headline cards in a layout tree: label -> value."""
+    if getattr(component, "className", None) == "ss-card":
+        label, value = component.children[:2]
+        return {label.children: value.children}
+    children = getattr(component, "children", None)
+    out: dict[str, str] = {}
+    for child in children if isinstance(children, list | tuple) else [children]:
+        if child is not None and not isinstance(child, str | int | float):
+            out |= cards(child)
+    return out
+
+
+def test_a_cpu_only_trace_says_cpu_only_instead_of_zero_utilization(services: Services, item: str) -> None:
+    from dashboard.report import verdict_doc
+
+    cpu = add(services, CPU_ONLY, "cpu-only.json.gz")
+    raw = services.store.analysis(cpu)
+    assert raw["devices"] == [] and raw["summary"]["device_utilization"] == 0.0  # what the analysis says
+    # traces table: a null utilization (drawn as a dash, sorts apart from real numbers), bottleneck "CPU only"
+    by_id = {r["id"]: r for r in traces.rows(services.store.entries(), "")}
+    gpu = services.store.analysis(item)["summary"]
+    assert by_id[cpu]["utilization"] is None and by_id[cpu]["bottleneck"] == "CPU only"
+    assert (
+        by_id[item]["utilization"] == gpu["device_utilization"]
+        and by_id[item]["bottleneck"] == gpu["bottleneck"]
+    )
+    column = next(c for c in traces.COLUMNS if c["id"] == "utilization")
+    assert column["type"] == "numeric" and column["format"]["nully"] == "—"
+    # overview: the report's CPU-only verdict, no utilization, no idle charts
+    page = render(services, f"/trace/{cpu}")
+    assert verdict_doc(raw)["cpu_only"] is True
+    assert find(page, overview.Ids.VERDICT.value).children == verdict_doc(raw)["sentence"]
+    assert find(page, overview.Ids.VERDICT.value).children.startswith("CPU-only profile")
+    shown = cards(page)
+    assert shown["GPU utilization"] == "—" and shown["bottleneck"] == "CPU only"
+    assert find(page, overview.Ids.IDLE.value) is None
+    gpu_cards = cards(render(services, f"/trace/{item}"))
+    assert gpu_cards["GPU utilization"] == f"{gpu['device_utilization']:.1%}"
+    assert gpu_cards["bottleneck"] == gpu["bottleneck"]
+    # compare: no utilization to compare against, so no delta and no verdict
+    rows = {r["metric"]: r for r in compare.headline_rows(services.store.analysis(item), raw)}
+    assert rows["GPU utilization"]["before"] == f"{gpu['device_utilization']:.1%}"
+    assert rows["GPU utilization"]["after"] == "—" and rows["GPU utilization"]["verdict"] == ""
+    assert rows["bottleneck"]["before"] == gpu["bottleneck"] and rows["bottleneck"]["after"] == "CPU only"
+    # the line `stallscope upload --wait` prints from the API's entry
+    line = wait_summary(services.store.get(cpu).to_json()["summary"])
+    assert line.startswith("CPU only, 0 avoidable syncs") and "utilization" not in line
+    line = wait_summary(services.store.get(item).to_json()["summary"])
+    assert line.startswith(f"{gpu['bottleneck']}-bound, GPU utilization {gpu['device_utilization']:.1%}")
+    services.store.delete(cpu)
 
 
 def test_timeline_zoom_asks_only_for_the_visible_range(services: Services, item: str) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 from dash import dcc, html
 from dash.dash_table.DataTable import DataTable
 
+from dashboard.palette import FONT_FAMILY, GRID, MUTED, PYTHON, TEXT
 from dashboard.services import Services
 from dashboard.store import Entry, Status, StoreError
 
@@ -26,20 +27,47 @@ class Shell(str, Enum):
 
 Doc = dict[str, Any]
 
-CARD: dict[str, Any] = {
-    "border": "1px solid #e4e7eb",
-    "borderRadius": "6px",
-    "padding": "10px 14px",
-    "margin": "6px 8px 6px 0",
-    "display": "inline-block",
-    "minWidth": "150px",
-    "verticalAlign": "top",
-}
+#: The DataTable look (the report's tables: horizontal rules only, muted small headers, tabular numbers),
+#: set here once for every table of the dashboard; assets/stallscope.css styles the rest of the page.
 TABLE_STYLE: dict[str, Any] = {
+    "style_as_list_view": True,
     "style_table": {"overflowX": "auto"},
-    "style_cell": {"fontFamily": "inherit", "fontSize": "13px", "textAlign": "left", "padding": "4px 8px"},
-    "style_header": {"fontWeight": "600", "backgroundColor": "#f5f7fa"},
+    "style_cell": {
+        "fontFamily": FONT_FAMILY,  # DataTable's own default is monospace
+        "fontSize": "13px",
+        "textAlign": "left",
+        "padding": "6px 8px",
+        "color": TEXT,
+        "backgroundColor": "#ffffff",
+        "borderBottom": f"1px solid {GRID}",
+        "whiteSpace": "normal",
+        "height": "auto",
+        "maxWidth": "420px",
+    },
+    "style_cell_conditional": [
+        {"if": {"column_type": "numeric"}, "textAlign": "right", "fontVariantNumeric": "tabular-nums"}
+    ],
+    "style_header": {
+        "fontWeight": "600",
+        "fontSize": "12px",
+        "color": MUTED,
+        "backgroundColor": "#ffffff",
+        "borderBottom": f"2px solid {GRID}",
+        "whiteSpace": "nowrap",
+    },
+    "style_data_conditional": [  # the selected / active cell: a light blue, not Dash's default pink
+        {"if": {"state": "active"}, "backgroundColor": "#eef4fb", "border": f"1px solid {PYTHON}"},
+        {"if": {"state": "selected"}, "backgroundColor": "#eef4fb", "border": f"1px solid {GRID}"},
+    ],
 }
+
+
+def card(label: str, value: str, detail: Any = None) -> html.Div:
+    """A headline number the way the report draws it: small upper-case label, large value, muted detail."""
+    parts: list[Any] = [html.Div(label, className="ss-label"), html.Div(value, className="ss-value")]
+    if detail is not None:
+        parts.append(html.Div(detail, className="muted"))
+    return html.Div(parts, className="ss-card")
 
 
 def data_table(**props: Any) -> Any:
@@ -67,12 +95,7 @@ def site_text(site: Doc | None) -> str:
 
 def message(text: str, kind: str = "error") -> html.Div:
     """A one-line message in the page (errors never become tracebacks or blank pages)."""
-    colour = {"error": "#b42318", "info": "#1f2933"}.get(kind, "#1f2933")
-    return html.Div(
-        text,
-        className=f"stallscope-{kind}",
-        style={"color": colour, "padding": "10px", "border": f"1px solid {colour}", "borderRadius": "6px"},
-    )
+    return html.Div(text, className=f"stallscope-{kind}")  # the colours are in assets/stallscope.css
 
 
 TRACE_TABS = (
@@ -86,12 +109,15 @@ TRACE_TABS = (
 
 
 def trace_nav(entry: Entry, current: str) -> html.Div:
-    links: list[Any] = [html.Span(entry.name, style={"fontWeight": "600", "marginRight": "16px"})]
+    links: list[Any] = [html.Span(entry.name, className="ss-name")]
     for suffix, label in TRACE_TABS:
-        style = {"marginRight": "12px", "fontWeight": "600" if suffix == current else "400"}
-        links.append(dcc.Link(label, href=f"/trace/{entry.id}{suffix}", style=style))
-    links.append(dcc.Link("Compare…", href=f"/compare?a={entry.id}", style={"marginRight": "12px"}))
-    return html.Div(links, style={"margin": "4px 0 12px"})
+        links.append(
+            dcc.Link(
+                label, href=f"/trace/{entry.id}{suffix}", className="ss-active" if suffix == current else ""
+            )
+        )
+    links.append(dcc.Link("Compare…", href=f"/compare?a={entry.id}"))
+    return html.Div(links, className="ss-subnav")
 
 
 def ready_entry(services: Services, trace_id: str) -> Entry | html.Div:

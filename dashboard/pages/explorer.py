@@ -186,8 +186,9 @@ def layout(services: Services, entry: Entry) -> html.Div:
                 [
                     html.Button("Reset", id=Ids.RESET.value),
                     html.Button("Zoom out", id=Ids.ZOOM_OUT.value, style={"marginLeft": "6px"}),
-                    html.Span(status, id=Ids.STATUS.value, style={"marginLeft": "12px", "color": "#616e7c"}),
-                ]
+                    html.Span(status, id=Ids.STATUS.value, className="muted"),
+                ],
+                className="ss-toolbar",
             ),
             dcc.Store(id=Ids.VIEW.value, data=view),
             dcc.Store(id=Ids.TRACE.value, data=entry.id),

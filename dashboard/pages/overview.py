@@ -9,7 +9,8 @@ from typing import Any
 
 from dash import Dash, dcc, html
 
-from dashboard.pages.common import CARD, Doc, ms, pct, trace_nav
+from dashboard.headline import bottleneck_text, catalog_summary, utilization_text
+from dashboard.pages.common import Doc, card, ms, trace_nav
 from dashboard.services import Services
 from dashboard.store import Entry
 
@@ -22,13 +23,14 @@ class Ids(str, Enum):
 
 
 def headline(doc: Doc) -> list[tuple[str, str]]:
-    """The numbers shown in cards (and compared on the compare page), formatted."""
-    s = doc["summary"]
+    """The numbers shown in cards, formatted. A CPU-only trace has no utilization ("—") and its
+    bottleneck is "CPU only" (``headline.catalog_summary``, the rule the report's verdict uses)."""
+    s = catalog_summary(doc)
     syncs = f"{s.get('avoidable_sync_count') or 0} of {s.get('sync_count') or 0}"
     return [
         ("wall time", ms(s["wall_us"])),
-        ("GPU utilization", pct(s["device_utilization"])),
-        ("bottleneck", str(s.get("bottleneck") or "-")),
+        ("GPU utilization", utilization_text(s)),
+        ("bottleneck", bottleneck_text(s)),
         ("host blocked in syncs", ms(s["host_sync_wait_us"])),
         ("avoidable syncs", syncs),
         ("est. saving", ms(s.get("est_saving_us"))),
@@ -44,20 +46,28 @@ def findings_list(doc: Doc) -> html.Div:
         items.append(
             html.Li(
                 [
-                    html.Span(f"[{f['severity']}] ", style={"color": f["color"], "fontWeight": "600"}),
-                    html.Span(f["title"], style={"fontWeight": "600"}),
-                    html.Span(f" · costs {ms(f['time_us'])}{saving}"),
-                    html.Div(f["site"], className="stallscope-site", style={"fontFamily": "monospace"})
-                    if f["site"]
-                    else None,
-                    html.Div(f"fix: {f['advice']}", style={"color": "#616e7c"}),
-                ],
-                style={"marginBottom": "8px"},
+                    html.Span(f["severity"], className="ss-sev", style={"backgroundColor": f["color"]}),
+                    html.Span(f["title"], className="ss-title"),
+                    html.Div(f"costs {ms(f['time_us'])}{saving}", className="ss-facts"),
+                    html.Div(f["site"], className="stallscope-site") if f["site"] else None,
+                    html.Div(f"fix: {f['advice']}", className="ss-advice"),
+                ]
             )
         )
     if not items:
-        return html.Div("No findings: nothing in this trace matched a rule.", id=Ids.FINDINGS.value)
-    return html.Div([html.H4("Findings, most expensive first"), html.Ol(items)], id=Ids.FINDINGS.value)
+        return html.Div(
+            [
+                html.H2("Findings"),
+                html.Div("No findings: nothing in this trace matched a rule.", className="muted"),
+            ],
+            id=Ids.FINDINGS.value,
+            className="ss-panel ss-findings",
+        )
+    return html.Div(
+        [html.H2(["Findings ", html.Span("(most expensive first)", className="muted")]), html.Ol(items)],
+        id=Ids.FINDINGS.value,
+        className="ss-panel ss-findings",
+    )
 
 
 def layout(services: Services, entry: Entry) -> html.Div:
@@ -67,11 +77,8 @@ def layout(services: Services, entry: Entry) -> html.Div:
     doc = services.store.analysis(entry.id)
     services.live.warm(entry.id)  # the timeline needs the typed analysis: start rebuilding it now
     verdict = report_verdict(doc)
-    cards = [
-        html.Div([html.Div(k, style={"color": "#616e7c"}), html.Div(v)], style=CARD) for k, v in headline(doc)
-    ]
     graphs: list[Any] = []
-    if doc.get("devices"):
+    if not verdict["cpu_only"]:
         graphs = [
             dcc.Graph(id=Ids.IDLE.value, figure=charts.idle_by_cause(doc), config={"displaylogo": False}),
             dcc.Graph(
@@ -82,12 +89,23 @@ def layout(services: Services, entry: Entry) -> html.Div:
     return html.Div(
         [
             trace_nav(entry, ""),
-            html.P(verdict["sentence"], id=Ids.VERDICT.value, style={"fontSize": "17px"}),
-            html.Div(cards),
+            html.Div(
+                [
+                    html.H2("Verdict"),
+                    html.P(verdict["sentence"], id=Ids.VERDICT.value, className="ss-verdict"),
+                    html.Div([card(k, v) for k, v in headline(doc)], className="ss-cards"),
+                    html.Ul([html.Li(n) for n in notes], className="ss-notes") if notes else None,
+                ],
+                className="ss-panel",
+            ),
             findings_list(doc),
-            html.Div(graphs, style={"display": "grid", "gridTemplateColumns": "1fr 1fr", "gap": "12px"}),
-            html.Ul([html.Li(n) for n in notes], style={"color": "#616e7c"}) if notes else None,
-        ]
+            html.Div(
+                [html.H2("Where the time went"), html.Div(graphs, className="ss-grid2")], className="ss-panel"
+            )
+            if graphs
+            else None,
+        ],
+        className="ss-sections",
     )
 
 

@@ -133,7 +133,10 @@ def _page(entry: Entry, tab: str, controls: list[Any], table: Any, n: int) -> ht
         [
             trace_nav(entry, tab),
             dcc.Store(id=Ids.TRACE.value, data=entry.id),
-            html.Div([*controls, html.Span(f"{n:,} rows", id=Ids.COUNT.value, style={"marginLeft": "12px"})]),
+            html.Div(
+                [*controls, html.Span(f"{n:,} rows", id=Ids.COUNT.value, className="muted")],
+                className="ss-toolbar",
+            ),
             table,
         ]
     )

@@ -15,6 +15,7 @@ from typing import Any
 
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
+from dashboard.headline import bottleneck_text
 from dashboard.pages.common import Shell, data_table
 from dashboard.services import Services
 from dashboard.store import Entry, StoreError
@@ -37,7 +38,13 @@ COLUMNS = [
     {"id": "tags", "name": "tags"},
     {"id": "uploaded", "name": "uploaded (UTC)"},
     {"id": "status", "name": "status"},
-    {"id": "utilization", "name": "GPU utilization", "type": "numeric", "format": {"specifier": ".1%"}},
+    # a number (sorts numerically); null for a CPU-only trace, shown as a dash
+    {
+        "id": "utilization",
+        "name": "GPU utilization",
+        "type": "numeric",
+        "format": {"specifier": ".1%", "nully": "—"},
+    },
     {"id": "bottleneck", "name": "bottleneck"},
     {"id": "avoidable_syncs", "name": "avoidable syncs", "type": "numeric"},
     {"id": "saving_ms", "name": "est. saving (ms)", "type": "numeric", "format": {"specifier": ",.2f"}},
@@ -49,25 +56,25 @@ def layout(services: Services) -> html.Div:
     mb = services.max_upload_bytes >> 20
     return html.Div(
         [
+            html.H2("Traces"),
             dcc.Upload(
                 html.Div(
                     [
-                        "Drop a trace here (.json, .json.gz, or a zipped/tarred bundle) or ",
-                        html.A("choose a file"),
-                        f" — up to {mb} MB; larger files: stallscope upload FILE --to URL",
+                        html.Div(["Drop a trace here or ", html.A("choose a file")]),
+                        html.Div(
+                            f".json, .json.gz, or a zipped/tarred bundle, up to {mb} MB;"
+                            " larger files: stallscope upload FILE --to URL",
+                            className="ss-hint",
+                        ),
                     ]
                 ),
                 id=Ids.UPLOAD.value,
                 max_size=services.max_upload_bytes,
                 multiple=False,
-                style_reject={"border": "2px dashed #b42318", "backgroundColor": "#fdecea"},  # over the limit
-                style={
-                    "border": "2px dashed #9aa5b1",
-                    "borderRadius": "8px",
-                    "padding": "22px",
-                    "textAlign": "center",
-                    "marginBottom": "10px",
-                },
+                className="ss-upload",
+                # over the limit (inline: dcc.Upload swaps these styles in while a file is dragged)
+                style_reject={"borderColor": "#b42318", "backgroundColor": "#fdecea"},
+                style_active={"borderColor": "#3b78b5", "backgroundColor": "#eef4fb"},
             ),
             html.Div(id=Ids.UPLOAD_MESSAGE.value),
             html.Div(
@@ -75,11 +82,11 @@ def layout(services: Services) -> html.Div:
                     dcc.Input(
                         id=Ids.SEARCH.value, type="search", placeholder="search names and tags", debounce=True
                     ),
-                    html.Button("Delete selected", id=Ids.DELETE.value, style={"marginLeft": "8px"}),
-                    html.Button("Compare two selected", id=Ids.COMPARE.value, style={"marginLeft": "8px"}),
-                    html.Span(id=Ids.MESSAGE.value, style={"marginLeft": "12px"}),
+                    html.Button("Delete selected", id=Ids.DELETE.value),
+                    html.Button("Compare two selected", id=Ids.COMPARE.value),
+                    html.Span(id=Ids.MESSAGE.value, className="muted"),
                 ],
-                style={"margin": "8px 0"},
+                className="ss-toolbar",
             ),
             data_table(
                 id=Ids.TABLE.value,
@@ -114,7 +121,7 @@ def rows(entries: list[Entry], search: str | None) -> list[dict[str, Any]]:
                 "uploaded": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(e.uploaded_at)),
                 "status": e.status.value if e.status.value != "error" else f"error: {e.error[:80]}",
                 "utilization": s.get("device_utilization"),
-                "bottleneck": s.get("bottleneck"),
+                "bottleneck": bottleneck_text(s) if e.summary else None,
                 "avoidable_syncs": s.get("avoidable_sync_count"),
                 "saving_ms": None if saving is None else saving / 1000,
                 "open": f"[open](/trace/{e.id})",
@@ -184,7 +191,7 @@ def on_compare(
 
 
 def _error(text: str) -> html.Div:
-    return html.Div(text, className="stallscope-error", style={"color": "#b42318"})
+    return html.Div(text, className="stallscope-error")
 
 
 def register(app: Dash, services: Services) -> None:
