@@ -24,11 +24,25 @@ def cpu_only(doc: Doc) -> bool:
     return not doc.get("devices")
 
 
+def best_saving(doc: Doc) -> tuple[float, int | None]:
+    """The best estimated saving of a trace, µs, and the 1-based finding it comes from (None: from
+    ``summary.est_saving_us``, the what-if of no avoidable syncs / overlapped input). A finding's own
+    estimate (tensor cores, launch-bound...) can be the larger one; every view quotes this number."""
+    saving = float((doc.get("summary") or {}).get("est_saving_us") or 0.0)
+    source: int | None = None
+    for i, f in enumerate(doc.get("findings") or [], 1):
+        if float(f.get("est_saving_us") or 0.0) > saving:
+            saving, source = float(f["est_saving_us"]), i
+    return saving, source
+
+
 def catalog_summary(doc: Doc) -> Doc:
-    """The headline numbers a store keeps for a trace: the analysis ``summary`` plus ``cpu_only``; a
-    CPU-only trace's ``device_utilization`` is null rather than a meaningless 0."""
+    """The headline numbers a store keeps for a trace: the analysis ``summary`` plus ``cpu_only`` and
+    ``best_saving_us`` (``best_saving``); a CPU-only trace's ``device_utilization`` is null rather than
+    a meaningless 0."""
     out = dict(doc.get("summary") or {})
     out["cpu_only"] = cpu_only(doc)
+    out["best_saving_us"] = best_saving(doc)[0]
     if out["cpu_only"]:
         out["device_utilization"] = None
     return out

@@ -28,7 +28,7 @@ from markupsafe import Markup
 from analyzer.analysis import Analysis
 from analyzer.output import to_json
 from dashboard import charts, palette, timeline
-from dashboard.headline import cpu_only
+from dashboard.headline import best_saving, cpu_only
 
 Progress = Callable[[str], None]
 Doc = dict[str, Any]
@@ -227,11 +227,11 @@ def verdict_doc(doc: Doc) -> Doc:
     idle_us = float(s["device_idle_us"])
     idle = sorted(((v, c) for c, v in doc["idle_by_cause_us"].items() if v > 0), reverse=True)
     best = _best_saving(doc)
-    saving = float(s["est_saving_us"] or 0.0)
-    how = f"if you {_SCENARIOS[best['scenario']]}" if best and saving > 0 else ""
-    for i, f in enumerate(doc["findings"], 1):  # a finding's own estimate can be the larger one
-        if f["est_saving_us"] > saving:
-            saving, how = float(f["est_saving_us"]), f"by fixing finding {i} ({f['rule']})"
+    saving, finding = best_saving(doc)  # a finding's own estimate can be the larger one
+    if finding is not None:
+        how = f"by fixing finding {finding} ({doc['findings'][finding - 1]['rule']})"
+    else:
+        how = f"if you {_SCENARIOS[best['scenario']]}" if best and saving > 0 else ""
     no_device = cpu_only(doc)
     if no_device:
         sentence = (

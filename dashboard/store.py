@@ -244,7 +244,7 @@ class Store:
                     s.get("device_utilization"),
                     s.get("bottleneck"),
                     s.get("avoidable_sync_count"),
-                    s.get("est_saving_us"),
+                    s.get("best_saving_us"),
                     s.get("wall_us"),
                     trace_id,
                 ),

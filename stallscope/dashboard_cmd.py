@@ -98,5 +98,5 @@ def wait_summary(s: dict[str, Any]) -> str:
     )
     return (
         f"{verdict}, {s.get('avoidable_sync_count') or 0} avoidable syncs, "
-        f"est. saving {(s.get('est_saving_us') or 0) / 1000:.2f} ms"
+        f"est. saving {(s.get('best_saving_us', s.get('est_saving_us')) or 0) / 1000:.2f} ms"
     )

@@ -17,7 +17,7 @@ from analyzer.replay import Scenario
 from dashboard.live import retimed
 from dashboard.pages import compare, explorer, overview, render, tables, traces, whatif
 from dashboard.pages import poll_pending as poll
-from dashboard.pages.common import Shell
+from dashboard.pages.common import Shell, ms
 from dashboard.services import Services
 from dashboard.store import Status, Store
 from dashboard.worker import analyse_entry
@@ -147,6 +147,9 @@ def test_overview_shows_the_reports_verdict_and_every_finding(services: Services
         assert f["title"] in shown and f["advice"] in shown
     site = doc["findings"][0]["call_site"]
     assert f"{site['file']}:{site['line']} in {site['function']}" in shown
+    # AND the saving card quotes the verdict's number (the best of the what-if and the findings' estimates)
+    cards = dict(overview.headline(doc))
+    assert cards["est. saving"] == ms(verdict_doc(doc)["saving_us"])
 
 
 def cards(component: Any) -> dict[str, str]:
@@ -349,3 +352,15 @@ def test_clicking_a_bar_shows_that_event(services: Services, item: str) -> None:
     shown = texts(explorer.details(services, item, view, click))
     assert shown[0] == items.name[pick]
     assert shown[-1] == (items.site[pick] or "no call site in the trace")
+
+
+def test_best_saving_takes_the_larger_of_the_what_if_and_the_findings() -> None:
+    from dashboard.headline import best_saving
+
+    doc = {
+        "summary": {"est_saving_us": 100.0},
+        "findings": [{"est_saving_us": 50.0}, {"est_saving_us": 300.0}, {"est_saving_us": 200.0}],
+    }
+    assert best_saving(doc) == (300.0, 2)
+    assert best_saving({"summary": {"est_saving_us": 400.0}, "findings": doc["findings"]}) == (400.0, None)
+    assert best_saving({"summary": {"est_saving_us": None}, "findings": []}) == (0.0, None)

@@ -17,6 +17,7 @@ import pytest
 from analyzer.analysis import analyze
 from analyzer.loader import load
 from analyzer.output import to_json
+from dashboard.headline import best_saving
 from dashboard.store import CorruptEntry, NotReady, Status, Store, TooLarge, UnknownTrace, check_id
 from dashboard.unpack import BadUpload
 from dashboard.worker import analyse_entry
@@ -42,7 +43,11 @@ def test_upload_is_analysed_into_the_same_json_as_the_cli(tmp_path: Path) -> Non
     doc = store.analysis(trace_id)
     assert entry.status is Status.READY and entry.name == ITEM.name
     assert entry.size_bytes == ITEM.stat().st_size
-    assert doc["summary"] == direct["summary"] and entry.summary == {**direct["summary"], "cpu_only": False}
+    assert doc["summary"] == direct["summary"] and entry.summary == {
+        **direct["summary"],
+        "cpu_only": False,
+        "best_saving_us": best_saving(direct)[0],
+    }
     assert doc["syncs"] == direct["syncs"] and doc["findings"] == direct["findings"]
     assert doc["source"]["path"] == ITEM.name  # the server's folders are never shown
     model = store.model(trace_id)

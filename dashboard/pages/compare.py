@@ -30,7 +30,7 @@ HEADLINE = (
     ("sync_count", "syncs", "n", True),
     ("avoidable_sync_count", "avoidable syncs", "n", True),
     ("critical_path_us", "critical path", "ms", True),
-    ("est_saving_us", "est. saving left", "ms", True),
+    ("best_saving_us", "est. saving left", "ms", True),
 )
 
 

@@ -112,7 +112,7 @@ def rows(entries: list[Entry], search: str | None) -> list[dict[str, Any]]:
         if needle and needle not in e.name.lower() and not any(needle in t.lower() for t in e.tags):
             continue
         s = e.summary or {}
-        saving = s.get("est_saving_us")
+        saving = s.get("best_saving_us", s.get("est_saving_us"))  # entries stored before best_saving_us
         out.append(
             {
                 "id": e.id,
