@@ -79,3 +79,23 @@ def test_upload_overview_timeline_zoom_compare(browser: Browser, dashboard: str,
     browser.wait_for(f"return document.body.innerText.includes({HOSTILE!r})", timeout=30)
     assert browser.dialog_text() is None
     assert browser.console_errors() == []
+
+
+def test_a_file_over_the_upload_limit_is_refused_with_a_message(
+    browser: Browser, dashboard: str, tmp_path: Path
+) -> None:
+    # GIVEN a dashboard with a 16 MB upload limit and a 17 MB file
+    big = tmp_path / "big.pt.trace.json"
+    big.write_bytes(b" " * (17 << 20))
+    browser.open(dashboard + "/")
+    browser.wait_for("return document.querySelector('#traces-upload input[type=file]')", timeout=30)
+    # WHEN it is chosen in the drop zone
+    browser.driver.find_element("css selector", "#traces-upload input[type=file]").send_keys(str(big))
+    # THEN the page says why nothing happens, and how to send it, instead of staying silent
+    shown = browser.wait_for(
+        "const m = document.querySelector('#traces-upload-limit'); return m && m.textContent", timeout=10
+    )
+    assert shown.startswith("big.pt.trace.json is 17.0 MB, over this dashboard's upload limit of 16.0 MB")
+    assert f"stallscope upload FILE --to {dashboard}" in shown
+    assert browser.js("return location.pathname") == "/"  # no upload started
+    assert browser.console_errors() == []

@@ -25,6 +25,7 @@ from dashboard.unpack import BadUpload
 class Ids(str, Enum):
     UPLOAD = "traces-upload"
     UPLOAD_MESSAGE = "traces-upload-message"
+    UPLOAD_LIMIT = "traces-upload-limit"
     SEARCH = "traces-search"
     TABLE = "traces-table"
     DELETE = "traces-delete"
@@ -57,25 +58,29 @@ def layout(services: Services) -> html.Div:
     return html.Div(
         [
             html.H2("Traces"),
-            dcc.Upload(
-                html.Div(
-                    [
-                        html.Div(["Drop a trace here or ", html.A("choose a file")]),
-                        html.Div(
-                            f".json, .json.gz, or a zipped/tarred bundle, up to {mb} MB;"
-                            " larger files: stallscope upload FILE --to URL",
-                            className="ss-hint",
-                        ),
-                    ]
+            html.Div(  # data-max-bytes: assets/upload_limit.js says when a file is over the limit
+                dcc.Upload(
+                    html.Div(
+                        [
+                            html.Div(["Drop a trace here or ", html.A("choose a file")]),
+                            html.Div(
+                                f".json, .json.gz, or a zipped/tarred bundle, up to {mb} MB;"
+                                " larger files: stallscope upload FILE --to URL",
+                                className="ss-hint",
+                            ),
+                        ]
+                    ),
+                    id=Ids.UPLOAD.value,
+                    max_size=services.max_upload_bytes,
+                    multiple=False,
+                    className="ss-upload",
+                    # over the limit (inline: dcc.Upload swaps these styles in while a file is dragged)
+                    style_reject={"borderColor": "#b42318", "backgroundColor": "#fdecea"},
+                    style_active={"borderColor": "#3b78b5", "backgroundColor": "#eef4fb"},
                 ),
-                id=Ids.UPLOAD.value,
-                max_size=services.max_upload_bytes,
-                multiple=False,
-                className="ss-upload",
-                # over the limit (inline: dcc.Upload swaps these styles in while a file is dragged)
-                style_reject={"borderColor": "#b42318", "backgroundColor": "#fdecea"},
-                style_active={"borderColor": "#3b78b5", "backgroundColor": "#eef4fb"},
+                **{"data-max-bytes": str(services.max_upload_bytes)},
             ),
+            html.Div(id=Ids.UPLOAD_LIMIT.value),  # written by assets/upload_limit.js only
             html.Div(id=Ids.UPLOAD_MESSAGE.value),
             html.Div(
                 [
