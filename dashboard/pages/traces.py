@@ -55,6 +55,7 @@ COLUMNS = [
 
 def layout(services: Services) -> html.Div:
     mb = services.max_upload_bytes >> 20
+    limit: dict[str, Any] = {"data-max-bytes": str(services.max_upload_bytes)}
     return html.Div(
         [
             html.H2("Traces"),
@@ -78,7 +79,7 @@ def layout(services: Services) -> html.Div:
                     style_reject={"borderColor": "#b42318", "backgroundColor": "#fdecea"},
                     style_active={"borderColor": "#3b78b5", "backgroundColor": "#eef4fb"},
                 ),
-                **{"data-max-bytes": str(services.max_upload_bytes)},
+                **limit,
             ),
             html.Div(id=Ids.UPLOAD_LIMIT.value),  # written by assets/upload_limit.js only
             html.Div(id=Ids.UPLOAD_MESSAGE.value),
