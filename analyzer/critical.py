@@ -28,6 +28,17 @@ class Kind(str, Enum):
     IDLE = "idle"
 
 
+#: What each bottleneck means, in the words every view (terminal, report, dashboard) opens its verdict with.
+VERDICT: dict[str, str] = {
+    Kind.DEVICE.value: "device-bound: the GPU is the critical resource",
+    Kind.HOST.value: "host-bound: the host did not feed the GPU fast enough",
+    Kind.INPUT.value: "input-bound: data loading held the loop back",
+    Kind.SYNC.value: "sync-bound: the host kept waiting for the GPU",
+    Kind.LAUNCH.value: "launch-bound: launch latency dominates",
+    Kind.IDLE.value: "stalled: the critical path is mostly idle waiting",
+}
+
+
 class Segment(NamedTuple):
     kind: Kind
     lane: int

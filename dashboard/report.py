@@ -26,6 +26,7 @@ import plotly.graph_objects as go
 from markupsafe import Markup
 
 from analyzer.analysis import Analysis
+from analyzer.critical import VERDICT
 from analyzer.output import to_json
 from dashboard import charts, palette, timeline
 from dashboard.headline import best_saving, cpu_only
@@ -39,14 +40,6 @@ _SCENARIOS = {
     "device_2x": "device twice as fast",
     "host_2x": "host twice as fast",
     "input_overlapped": "overlap data loading with compute",
-}
-_VERDICT = {
-    "device": "device-bound: the GPU is the critical resource",
-    "host": "host-bound: the host did not feed the GPU fast enough",
-    "input": "input-bound: data loading held the loop back",
-    "sync": "sync-bound: the host kept waiting for the GPU",
-    "launch": "launch-bound: launch latency dominates",
-    "idle": "stalled: the critical path is mostly idle waiting",
 }
 _VENDORED = Path(__file__).resolve().parent / "vendor" / "plotly-basic.min.js"
 #: trace types the vendored plotly.js bundle draws ("basic": scatter, bar, pie); figures use only these
@@ -238,7 +231,7 @@ def verdict_doc(doc: Doc) -> Doc:
             "CPU-only profile: no kernels, copies or memsets ran on a device, so nothing waited on a GPU."
         )
     else:
-        verdict = _VERDICT.get(s["bottleneck"] or "", "no verdict: the critical path is empty")
+        verdict = VERDICT.get(s["bottleneck"] or "", "no verdict: the critical path is empty")
         sentence = f"{verdict[0].upper()}{verdict[1:]}. The device was busy {s['device_utilization']:.0%} of {ms(wall)}"
         if idle:
             sentence += (

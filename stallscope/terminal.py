@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from analyzer.analysis import Analysis
+from analyzer.critical import VERDICT
 from analyzer.model import LaneKind
 
 _MAX_STEP_ROWS = 4
@@ -10,16 +11,6 @@ _MAX_STEP_ROWS = 4
 
 def ms(us: float) -> str:
     return f"{us / 1000:,.2f} ms" if abs(us) >= 1000 else f"{us:,.1f} us"
-
-
-_VERDICT = {
-    "device": "device-bound: the GPU is the critical resource",
-    "host": "host-bound: the host did not feed the GPU fast enough",
-    "input": "input-bound: data loading held the loop back",
-    "sync": "sync-bound: the host kept waiting for the GPU",
-    "launch": "launch-bound: launch latency dominates",
-    "idle": "stalled: the critical path is mostly idle waiting",
-}
 
 
 def render(a: Analysis, top: int = 3) -> str:
@@ -61,7 +52,7 @@ def _verdict(a: Analysis) -> list[str]:
         if a.main_device is not None
         else "no GPU work"
     )
-    out = [f"  verdict   {_VERDICT[s.bottleneck]} ({share:.0%} of the critical path); {gpu}"]
+    out = [f"  verdict   {VERDICT[s.bottleneck]} ({share:.0%} of the critical path); {gpu}"]
     idle = sorted(((v, c.value) for c, v in a.idle_by_cause.items() if v > 0), reverse=True)
     if idle:
         parts = ", ".join(f"{name} {ms(v)}" for v, name in idle)

@@ -13,6 +13,7 @@ from dash import dcc, html
 from dash.dash_table.DataTable import DataTable
 
 from dashboard.palette import FONT_FAMILY, GRID, MUTED, PYTHON, TEXT
+from dashboard.report import ms as report_ms
 from dashboard.services import Services
 from dashboard.store import Entry, Status, StoreError
 
@@ -77,9 +78,8 @@ def data_table(**props: Any) -> Any:
 
 
 def ms(us: float | None) -> str:
-    if us is None:
-        return "-"
-    return f"{us / 1000:,.2f} ms" if abs(us) >= 1000 else f"{us:,.1f} µs"
+    """The report's time format (``dashboard.report.ms``), "-" for a value that does not exist."""
+    return "-" if us is None else report_ms(us)
 
 
 def pct(x: float | None) -> str:
