@@ -41,21 +41,14 @@ def _configure_analyze(p: argparse.ArgumentParser) -> None:
 
 def _run_analyze(args: argparse.Namespace) -> int:
     from analyzer import cache
-    from analyzer.analysis import analyze
-    from analyzer.loader import load
     from analyzer.output import to_json
+    from stallscope.analysing import load_and_analyse
     from stallscope.progress import Progress
     from stallscope.terminal import render
 
     progress = Progress(enabled=not args.quiet)
     try:
-        traces = load(args.trace, use_cache=not args.no_cache, progress=progress)
-        if args.rank is not None and args.rank not in traces.ranks:
-            raise UsageError(
-                f"--rank {args.rank}: {args.trace} has ranks {', '.join(map(str, traces.ranks))}"
-            )
-        progress("analysing")
-        result = analyze(traces, args.rank)
+        result = load_and_analyse(args.trace, args.rank, not args.no_cache, progress)
     finally:
         progress.done()
     if args.json:
@@ -106,8 +99,7 @@ def _configure_check(p: argparse.ArgumentParser) -> None:
 def _run_check(args: argparse.Namespace) -> int:
     """CI performance gate: exit 1 when a threshold is exceeded, 0 when all hold, 2 on bad input."""
     from analyzer import cache
-    from analyzer.analysis import analyze
-    from analyzer.loader import load
+    from stallscope.analysing import load_and_analyse
 
     limits = (args.max_idle_frac, args.max_avoidable_syncs, args.max_sync_wait_frac)
     if all(v is None for v in limits):
@@ -120,10 +112,7 @@ def _run_check(args: argparse.Namespace) -> int:
     ):
         if value is not None and not 0.0 <= value <= 1.0:
             raise UsageError(f"check: {name} must be a fraction between 0 and 1, not {value}")
-    traces = load(args.trace, use_cache=not args.no_cache)
-    if args.rank is not None and args.rank not in traces.ranks:
-        raise UsageError(f"--rank {args.rank}: {args.trace} has ranks {', '.join(map(str, traces.ranks))}")
-    s = analyze(traces, args.rank).summary
+    s = load_and_analyse(args.trace, args.rank, not args.no_cache).summary
     cache.wait()
     wall = s.wall_us or 1.0
     measured = [

@@ -52,22 +52,15 @@ def _check_writable(out: Path) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from analyzer import cache
-    from analyzer.analysis import analyze
-    from analyzer.loader import load
     from dashboard import report
+    from stallscope.analysing import load_and_analyse
     from stallscope.progress import Progress
 
     out = Path(args.output) if args.output else default_output(args.trace)
     _check_writable(out)
     progress = Progress(enabled=not args.quiet)
     try:
-        traces = load(args.trace, use_cache=not args.no_cache, progress=progress)
-        if args.rank is not None and args.rank not in traces.ranks:
-            raise UsageError(
-                f"--rank {args.rank}: {args.trace} has ranks {', '.join(map(str, traces.ranks))}"
-            )
-        progress("analysing")
-        result = analyze(traces, args.rank)
+        result = load_and_analyse(args.trace, args.rank, not args.no_cache, progress)
         try:
             size = report.write(result, out, report.ReportOptions(cdn=args.cdn), progress)
         except OSError as exc:
