@@ -108,19 +108,27 @@ def run_plain(make: Callable[[], tuple[Step, bool]], n: int, active: int, tmp: P
     return _loop(step, n)
 
 
-def run_bare(make: Callable[[], tuple[Step, bool]], n: int, active: int, tmp: Path) -> list:
-    step, _ = make()
+def bare_profiler(
+    skip: int,
+    warmup: int,
+    active: int,
+    on_trace_ready: Callable[[torch.profiler.profile], None] | None = None,
+) -> torch.profiler.profile:
+    """torch.profiler as a user would set it up by hand, with the activities and stacks stallscope uses."""
     acts = [torch.profiler.ProfilerActivity.CPU]
     if torch.cuda.is_available():
         acts.append(torch.profiler.ProfilerActivity.CUDA)
-    sched = torch.profiler.schedule(skip_first=SKIP, wait=0, warmup=WARMUP, active=active, repeat=1)
+    sched = torch.profiler.schedule(skip_first=skip, wait=0, warmup=warmup, active=active, repeat=1)
+    return torch.profiler.profile(
+        activities=acts, schedule=sched, with_stack=True, on_trace_ready=on_trace_ready
+    )
+
+
+def run_bare(make: Callable[[], tuple[Step, bool]], n: int, active: int, tmp: Path) -> list:
+    step, _ = make()
     trace = tmp / "bare.pt.trace.json.gz"
-    with torch.profiler.profile(
-        activities=acts,
-        schedule=sched,
-        with_stack=True,
-        on_trace_ready=lambda p: p.export_chrome_trace(str(trace)),
-    ) as prof:
+    prof = bare_profiler(SKIP, WARMUP, active, on_trace_ready=lambda p: p.export_chrome_trace(str(trace)))
+    with prof:
         return _loop(step, n, prof.step)
 
 
@@ -200,14 +208,6 @@ def _cpu_us(body: Callable[[], None], n: int, repeat: int = 5) -> float:
     return best
 
 
-def _bare_profiler() -> torch.profiler.profile:
-    acts = [torch.profiler.ProfilerActivity.CPU]
-    if torch.cuda.is_available():
-        acts.append(torch.profiler.ProfilerActivity.CUDA)
-    sched = torch.profiler.schedule(skip_first=0, wait=0, warmup=0, active=10**9, repeat=1)
-    return torch.profiler.profile(activities=acts, schedule=sched, with_stack=True)
-
-
 def unit_costs(tmp: Path) -> dict[str, tuple[float, float]]:
     """(without, with stallscope) µs: an optimizer step outside the window, a step inside it, and an
     ``.item()`` inside it (bare torch.profiler as the reference inside the window)."""
@@ -225,7 +225,7 @@ def unit_costs(tmp: Path) -> dict[str, tuple[float, float]]:
             opt.step()
         ours_step = _cpu_us(opt.step, 3000)
     out["optimizer step, outside the window"] = (plain_step, ours_step)
-    prof = _bare_profiler()
+    prof = bare_profiler(0, 0, 10**9)
     prof.start()
     bare_mark, bare_item = _cpu_us(prof.step, 1000), _cpu_us(t.item, 3000)
     prof.stop()
