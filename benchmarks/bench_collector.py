@@ -45,6 +45,7 @@ import torch  # noqa: E402
 import stallscope  # noqa: E402
 
 Step = Callable[[], None]
+TOKENS = 16  # tokens per step of the decode workload
 SKIP, WARMUP = 3, 2
 
 
@@ -74,7 +75,7 @@ def decode_workload() -> tuple[Step, bool]:
 
     def step() -> None:
         with torch.no_grad():
-            for _ in range(16):
+            for _ in range(TOKENS):
                 logits = head(torch.tanh(embed(state["token"])))
                 state["token"] = logits.argmax(dim=-1)
                 int(state["token"].item())
@@ -209,8 +210,9 @@ def _cpu_us(body: Callable[[], None], n: int, repeat: int = 5) -> float:
 
 
 def unit_costs(tmp: Path) -> dict[str, tuple[float, float]]:
-    """(without, with stallscope) µs: an optimizer step outside the window, a step inside it, and an
-    ``.item()`` inside it (bare torch.profiler as the reference inside the window)."""
+    """(without, with stallscope) µs: an optimizer step outside the window, a step inside it, an
+    ``.item()`` inside it, and a decode token inside it (bare torch.profiler as the reference inside the
+    window)."""
     import warnings
 
     warnings.simplefilter("ignore")  # "won't be using warmup"
@@ -234,7 +236,25 @@ def unit_costs(tmp: Path) -> dict[str, tuple[float, float]]:
         ours_mark, ours_item = _cpu_us(p.step, 1000), _cpu_us(t.item, 3000)
     out["step mark, inside the window"] = (bare_mark, ours_mark)
     out["`.item()`, inside the window"] = (bare_item, ours_item)
+    out["decode token (one `.item()`), inside the window"] = _decode_token_costs()
     return out
+
+
+def _decode_token_costs() -> tuple[float, float]:
+    """One token of the ``decode`` loop under bare torch.profiler, without and with the sync-site
+    recorder stallscope enters in the window: what a recorded call costs inside a real loop."""
+    from collector.sites import SyncSiteRecorder
+
+    step, _ = decode_workload()
+    prof = bare_profiler(0, 0, 10**9)
+    prof.start()
+    try:
+        bare = _cpu_us(step, 100)
+        with SyncSiteRecorder(strategy="patch"):
+            ours = _cpu_us(step, 100)
+    finally:
+        prof.stop()
+    return bare / TOKENS, ours / TOKENS
 
 
 def unit_table(costs: dict[str, tuple[float, float]]) -> str:
