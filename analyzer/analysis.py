@@ -11,7 +11,7 @@ from enum import Enum
 
 import numpy as np
 
-from analyzer import intervals
+from analyzer import consistency, intervals
 from analyzer.critical import CriticalPath, critical_path
 from analyzer.findings import Finding, find_findings
 from analyzer.gaps import MIN_GAP_US, Cause, Gap, find_gaps
@@ -24,6 +24,7 @@ from analyzer.replay import Scenario, make_frame
 from analyzer.runtiming import RunTiming, run_timing
 from analyzer.sidecar import Sidecar
 from analyzer.syncs import Sync, find_syncs
+from analyzer.verdict import Verdict, decide
 from analyzer.whatif import AvoidablePolicy, WhatIfReport, what_if
 
 SCHEMA = "stallscope.analysis/1"
@@ -113,6 +114,8 @@ class Analysis:
     ranks: tuple[int, ...] = ()
     per_rank: dict[int, Summary] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    verdict: Verdict | None = None  # the bottleneck, how it was decided, and its evidence
+    warnings: tuple[str, ...] = ()  # contradictions the self-check found (analyzer.consistency)
 
     @property
     def report(self) -> LoadReport:
@@ -240,17 +243,22 @@ def analyze_model(
     policy = opts.avoidable or (lambda _m, _g, _s, _e: avoidable_calls)
     whatif = what_if(model, graph, frame, policy)
     notes: tuple[str, ...] = ()
-    if whatif.replay_error > 0.01:
+    if whatif.overrun_us > 0.01 * window.dur_us:
         notes = (
-            f"the unchanged replay is {whatif.replay_error:.1%} off the recorded makespan: what-if figures are rough",
+            f"device work launched inside the window ran {whatif.overrun_us / 1000:,.2f} ms past its end: "
+            "the what-if replays include it, and their savings are against the recorded run",
         )
+    if critical.stopped:
+        notes += (f"critical path: {critical.stopped}",)
     saving = max(whatif.saving(Scenario.NO_AVOIDABLE_SYNCS), whatif.saving(Scenario.INPUT_OVERLAPPED), 0.0)
+    util = summary.device_utilization if main is not None else None
+    verdict = decide(window.dur_us, whatif.sensitivity_us, critical, util)
     summary = replace(
         summary,
         sync_count=len(syncs),
         avoidable_sync_count=sum(1 for s in syncs if s.avoidable),
         critical_path_us=critical.length_us,
-        bottleneck=critical.bottleneck.value,
+        bottleneck=verdict.bottleneck,
         est_saving_us=saving,
     )
     pipe = pipeline_model(model, graph, main, [s.host_sync_wait_us for s in steps])
@@ -273,8 +281,10 @@ def analyze_model(
         run_timing=run_timing(sidecar.step_timing, [s.dur_us for s in steps]) if sidecar else None,
         options=opts,
         notes=notes,
+        verdict=verdict,
     )
-    return replace(result, findings=find_findings(result))
+    result = replace(result, findings=find_findings(result))
+    return replace(result, warnings=consistency.check(result))
 
 
 def analyze(traces: TraceSet, rank: int | None = None, options: Options | None = None) -> Analysis:

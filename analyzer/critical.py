@@ -36,6 +36,7 @@ VERDICT: dict[str, str] = {
     Kind.SYNC.value: "sync-bound: the host kept waiting for the GPU",
     Kind.LAUNCH.value: "launch-bound: launch latency dominates",
     Kind.IDLE.value: "stalled: the critical path is mostly idle waiting",
+    "balanced": "balanced: host and device are both near saturation",
 }
 
 
@@ -62,6 +63,7 @@ class CriticalPath:
     event: I64  # the event a segment belongs to (-1: host work between calls)
     start_us: F64
     end_us: F64
+    stopped: str = ""  # why the walk stopped before the window's start ("": it did not)
 
     @property
     def bottleneck(self) -> Kind:
@@ -84,11 +86,15 @@ class CriticalPath:
 
 
 def critical_path(
-    g: Graph, start_us: float, end_us: float, main_lane: int, input_by_lane: dict[int, tuple[F64, F64]]
+    g: Graph,
+    start_us: float,
+    end_us: float,
+    main_lane: int,
+    input_by_lane: dict[int, tuple[F64, F64]],
 ) -> CriticalPath:
     """Walk back from ``end_us``. The window's end waits for its host thread and for the device work
     still running then: when an activity is running at the end, the walk starts there, else on the main
-    thread."""
+    thread (``inputs.main_thread``)."""
     walk = _Walk(g, start_us, input_by_lane)
     running = (
         np.flatnonzero((g.act_start < end_us) & (g.act_end >= end_us)) if g.activities else np.zeros(0, int)
@@ -98,10 +104,10 @@ def critical_path(
         walk.run(("device", a, end_us, -1))
     else:
         walk.run(("host", main_lane, end_us, -1))
-    kind, lane, event, lo, hi = _merged(walk)
+    kind, lane_of, event, lo, hi = _merged(walk)
     totals = np.bincount(kind, weights=hi - lo, minlength=len(_KINDS))
     breakdown = {k: float(totals[i]) for i, k in enumerate(_KINDS)}
-    return CriticalPath(float(totals.sum()), breakdown, kind, lane, event, lo, hi)
+    return CriticalPath(float(totals.sum()), breakdown, kind, lane_of, event, lo, hi, walk.stopped)
 
 
 class _Walk:
@@ -110,24 +116,33 @@ class _Walk:
     def __init__(self, g: Graph, start_us: float, input_by_lane: dict[int, tuple[F64, F64]]) -> None:
         self.start = start_us
         self.inputs = input_by_lane
+        self.threads = g.threads
+        self.anchor = g.thread_anchor  # a thread's first event of any kind: it exists from then on
         self.kind: list[int] = []  # the segments, appended backwards in time, one list per column
         self.lane: list[int] = []
         self.event: list[int] = []
         self.lo: list[float] = []
         self.hi: list[float] = []
         self.calls_by_lane: dict[int, tuple[F64, I64]] = {}
+        position = np.zeros(g.calls, dtype=np.int64)
         for lane in np.unique(g.call_lane).tolist():
             idx = np.flatnonzero(g.call_lane == lane)
             self.calls_by_lane[lane] = (np.maximum.accumulate(g.call_end[idx]), idx)
+            position[idx] = np.arange(len(idx))
+        self.position = position.tolist()  # a call's place among its thread's calls
         self.c_start, self.c_end = g.call_start.tolist(), g.call_end.tolist()
         self.c_lane, self.c_event = g.call_lane.tolist(), g.call_event.tolist()
         self.c_awaited, self.c_waits = g.call_awaited.tolist(), g.call_waits
+        self.c_dep, self.c_dep_at = g.call_dep.tolist(), g.call_dep_at.tolist()
         self.a_start, self.a_end = g.act_start.tolist(), g.act_end.tolist()
         self.a_lane, self.a_event = g.act_lane.tolist(), g.act_event.tolist()
         self.a_call, self.a_prev, self.a_waits = g.act_call.tolist(), g.act_prev.tolist(), g.act_waits
         self.a_wait_gap = g.act_wait_gap
         self.a_from_return = g.act_from_return.tolist()
         self.a_latency, self.a_queue_gap = g.act_latency.tolist(), g.act_queue_gap.tolist()
+        self.a_typical, self.a_bound = g.act_typical.tolist(), g.act_bound.tolist()
+        self.budget = 4 * (g.calls + g.activities) + 1000  # steps: each consumes a call or goes back
+        self.stopped = ""
 
     def add(self, kind: Kind, lane: int, event: int, lo: float, hi: float) -> bool:
         """Record [lo, hi] clipped to the window; False once the window's start is reached."""
@@ -158,23 +173,37 @@ class _Walk:
 
     def run(self, state: State) -> None:
         """Alternate between host threads and streams until the window's start is reached (iterative:
-        paths can cross between host and device hundreds of thousands of times)."""
+        paths can cross between host and device hundreds of thousands of times). A walk that outlives its
+        budget (only a trace whose recorded order has a cycle can make one) ends in ``idle``."""
+        t_last = np.inf
         while state is not None:
             kind, node, t, below = state
+            self.budget -= 1
+            if self.budget < 0 or t > t_last + 1e-6:
+                self.stopped = "the recorded order has a cycle (an edge back in time): the rest is idle"
+                lane = node if kind == "host" else self.a_lane[node]
+                self.add(Kind.IDLE, lane, -1, self.start, min(t, t_last))
+                return
+            t_last = t
             state = self.host_step(node, t, below) if kind == "host" else self.device_step(node, t)
 
     def host_step(self, lane: int, t: float, below: int) -> State:
         """At time ``t`` on a host thread: the host work since the last call that ended by then (only
-        calls before position ``below`` of the thread, so zero-length calls cannot loop)."""
+        calls before position ``below`` of the thread, so zero-length calls cannot loop). When the thread
+        sat waiting for another thread there, the walk goes on in that thread."""
         ends, idx = self.calls_by_lane.get(lane, (np.zeros(0), np.zeros(0, np.int64)))
         k = int(np.searchsorted(ends, t, side="right")) - 1
         if below >= 0:
             k = min(k, below - 1)
-        if k < 0 or self.c_end[int(idx[k])] <= self.start:
-            self.host_work(lane, self.start, t)
-            return None
+        end = self.c_end[int(idx[k])] if k >= 0 else self.threads.first(lane)
+        handoff = self._handoff(lane, idx, below, max(end, self.start), t)
+        if handoff is not None:
+            other, at = handoff
+            return ("host", other, at, -1) if self.add(Kind.HOST, lane, -1, at, t) else None
+        if k < 0 or end <= self.start:
+            return self._thread_start(lane, t)
         c = int(idx[k])
-        end = min(self.c_end[c], t)
+        end = min(end, t)
         if not self.host_work(lane, end, t):
             return None
         waits = self.c_waits[c]
@@ -184,6 +213,30 @@ class _Walk:
             return ("device", a, done, -1) if self.add(Kind.SYNC, lane, self.c_event[c], done, end) else None
         start = self.c_start[c]
         return ("host", lane, start, k) if self.add(Kind.HOST, lane, self.c_event[c], start, end) else None
+
+    def _handoff(self, lane: int, idx: I64, below: int, lo: float, t: float) -> tuple[int, float] | None:
+        """The thread this one waited for in ``[lo, t]`` and when its work ended: recorded on the call at
+        position ``below`` (the walk is at its start), or looked for when the walk is not at a call."""
+        if 0 <= below < len(idx):
+            c = int(idx[below])
+            dep = self.c_dep[c]
+            if dep >= 0 and t >= self.c_start[c] - 1e-9:
+                return self.c_lane[dep], min(self.c_dep_at[c], t)
+            return None
+        h = self.threads.waited_for(lane, lo, t)
+        return (h.lane, h.at) if h is not None else None
+
+    def _thread_start(self, lane: int, t: float) -> State:
+        """Before the thread's first call: its own work since its first event; before that event the
+        thread did not exist yet, and the walk goes on in the thread that was working then (or is idle)."""
+        first = min(max(self.anchor.get(lane, self.start), self.start), t)
+        if not self.host_work(lane, first, t):
+            return None
+        h = self.threads.waited_for(lane, self.start, first)
+        if h is not None and h.lane != lane:
+            return ("host", h.lane, first, -1)  # the thread that was working when this one began
+        self.add(Kind.IDLE, lane, -1, self.start, first)
+        return None
 
     def device_step(self, a: int, t: float) -> State:
         lane, start = self.a_lane[a], self.a_start[a]
@@ -204,13 +257,25 @@ class _Walk:
             self.add(Kind.IDLE, lane, -1, self.start, start)
             return None
         if how == "launch":
-            issued = min(self.c_end[who] if self.a_from_return[a] else self.c_start[who], start)
-            host_lane = self.c_lane[who]
-            if not self.add(Kind.LAUNCH, host_lane, self.c_event[who], issued, start):
-                return None
-            return ("host", host_lane, issued, -1)
+            return self._launch(a, who, start)
         prev_end = min(self.a_end[who], start)
         return ("device", who, prev_end, -1) if self.add(Kind.IDLE, lane, -1, prev_end, start) else None
+
+    def _launch(self, a: int, c: int, start: float) -> State:
+        """From an activity's start back to its launch call: launch latency up to the device's plausible
+        bound; a longer delay is the activity being held by something the trace does not show (idle)."""
+        from_return = self.a_from_return[a]
+        issued = min(self.c_end[c] if from_return else self.c_start[c], start)
+        host_lane = self.c_lane[c]
+        if start - issued > self.a_bound[a]:
+            held = min(issued + self.a_typical[a], start)
+            if not self.add(Kind.IDLE, self.a_lane[a], -1, held, start):
+                return None
+            start = held
+        if not self.add(Kind.LAUNCH, host_lane, self.c_event[c], issued, start):
+            return None
+        pos = self.position[c]
+        return ("host", host_lane, issued, pos + 1 if from_return else pos)
 
 
 State = tuple[str, int, float, int] | None  # (host | device, lane or activity, time, call bound)

@@ -1,19 +1,21 @@
 """Device idle gaps and their causes (DESIGN.md §4), and the bubble each blocking call leaves.
 
 A gap is a maximal idle interval of a device inside the window, at least ``min_gap_us`` long. Its cause is
-judged from the activity that ends it and the host thread that launched that activity; the first rule that
-applies wins:
+judged from the activity that ends it and the host thread that launched that activity:
 
 - ``sync``: a blocking call left the queue empty. After a call that blocked the host for ``wait``, the
   following gaps on that device, up to ``wait`` of idle in total, are charged to it (its ``bubble``). A
-  newer blocking call takes over the lead;
-- ``input``: the launching thread was inside data loading for most of the gap;
-- ``launch``: the launch call had started before the gap began and nothing else held the activity back
-  (no stream predecessor, no event wait): submission latency;
-- ``dependency``: the activity waited for another stream's event that completed as the gap ended (or it is
-  a collective launched before the gap);
+  newer blocking call takes over the lead. The lead explains only the first ``charge`` µs of a gap: the
+  rest is judged by the rules below, and the cause explaining more of the gap is reported;
+- ``input``: the launching thread was inside data loading for most of the (rest of the) gap;
+- ``dependency``: the activity waited for another stream's work that completed as the gap ended, is a
+  collective (it waits for the other ranks), or was held longer than a plausible launch latency after a
+  stream wait or by its CUDA graph's own order;
+- ``launch``: the launch call had started before the gap began and the delay is a plausible launch
+  latency for this device (derived from the trace, ``analyzer.edges``);
 - ``host``: the launching thread started the launch only after the gap began (busy with other work);
-- ``unknown``: no launch call is known for the activity (or no activity ends the gap).
+- ``unknown``: no launch call is known for the activity, no activity ends the gap, or the activity was
+  held past a plausible launch latency by something the trace does not show (the detail says so).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import numpy as np
 from analyzer import intervals
 from analyzer.graph import Graph
 from analyzer.model import F64, TraceModel
-from analyzer.names import EventKind
+from analyzer.names import ApiKind, EventKind
 from analyzer.sites import CallSite, call_site
 
 MIN_GAP_US = 20.0
@@ -131,54 +133,105 @@ def _judge(
     input_by_lane: dict[int, tuple[F64, F64]],
     work: _HostWork,
 ) -> Gap:
-    lead = leads.current(g0)
+    """A sync's lead explains the gap's first ``charge`` µs; the rest is judged by the other rules, and
+    the cause that explains more of the gap is the one reported (the sync keeps its charge either way)."""
+    lead, charge = leads.current(g0), 0.0
     if lead >= 0 and leads.budget[lead] > 0:
         charge = min(g1 - g0, leads.budget[lead])
         leads.budget[lead] -= charge
+    else:
+        lead = -1
+    rest = _judge_rest(model, g, g0 + charge, g1, ending, input_by_lane, work)
+    if lead >= 0 and charge >= rest.share:
         e = int(g.call_event[lead])
         detail = f"{model.name_of(e)} blocked the host {float(g.waited()[lead]):.0f} us{_op(model, e)}"
+        if charge < g1 - g0 - 1e-6:
+            detail += f" (explains {charge:.0f} us of the gap; the rest: {rest.cause.value})"
         return Gap(device, g0, g1, Cause.SYNC, detail, call_site(model, e), lead, charge)
+    detail = rest.detail
+    if lead >= 0:
+        detail += f" (a sync's lead explains the first {charge:.0f} us)"
+    return Gap(device, g0, g1, rest.cause, detail, rest.site, lead, charge)
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    cause: Cause
+    detail: str
+    site: CallSite | None
+    share: float  # µs of the gap this cause explains
+
+
+def _judge_rest(
+    model: TraceModel,
+    g: Graph,
+    r0: float,
+    g1: float,
+    ending: int,
+    input_by_lane: dict[int, tuple[F64, F64]],
+    work: _HostWork,
+) -> _Verdict:
+    """The cause of the gap's part ``[r0, g1]`` not explained by a sync (DESIGN.md §4's rules after sync)."""
+    share = max(g1 - r0, 0.0)
     call = int(g.act_call[ending]) if ending >= 0 else -1
     if call < 0:
         what = (
-            f"{model.name_of(int(g.act_event[ending]))} has no launch call in the trace"
+            f"{model.name_of(int(g.act_event[ending]))[:80]} has no launch call in the trace"
             if ending >= 0
             else "no work followed"
         )
-        return Gap(device, g0, g1, Cause.UNKNOWN, what, None, -1, 0.0)
+        return _Verdict(Cause.UNKNOWN, what, None, share)
     lane = int(g.call_lane[call])
     launch_event = int(g.call_event[call])
+    site = call_site(model, launch_event)
     in_s, in_e = input_by_lane.get(lane, (np.zeros(0), np.zeros(0)))
-    if len(in_s) and float(intervals.covered_in(in_s, in_e, np.array([g0]), np.array([g1]))[0]) >= 0.5 * (
-        g1 - g0
-    ):
-        loader = work.busiest(lane, g0, g1, loaders_only=True) or "data loading"
-        return Gap(
-            device,
-            g0,
-            g1,
-            Cause.INPUT,
-            f"host loading data ({loader})",
-            call_site(model, launch_event),
-            -1,
-            0.0,
-        )
-    # held back by an event: one of the events it waited for completed just as the gap ended
-    held = any(float(g.act_end[w]) >= g1 - _BOUND_US for w in g.act_waits[ending])
-    call_start = float(g.call_end[call] if g.act_from_return[ending] else g.call_start[call])
-    if call_start <= g0 and not held:
-        is_collective = "nccl" in model.name_of(int(g.act_event[ending])).lower()
-        if not is_collective:
-            detail = f"{model.name_of(launch_event)} started {g1 - call_start:.0f} us before its work ran"
-            return Gap(device, g0, g1, Cause.LAUNCH, detail, call_site(model, launch_event), -1, 0.0)
-        held = True
-    if held:
-        detail = f"{model.name_of(int(g.act_event[ending]))[:80]} waited for another stream"
-        return Gap(device, g0, g1, Cause.DEPENDENCY, detail, None, -1, 0.0)
-    busy_with = work.busiest(lane, g0, g1) or model.name_of(launch_event)
-    return Gap(
-        device, g0, g1, Cause.HOST, f"host busy in {busy_with}", call_site(model, launch_event), -1, 0.0
-    )
+    if len(in_s) and share > 0:
+        covered = float(intervals.covered_in(in_s, in_e, np.array([r0]), np.array([g1]))[0])
+        if covered >= 0.5 * share:
+            loader = work.busiest(lane, r0, g1, loaders_only=True) or "data loading"
+            return _Verdict(Cause.INPUT, f"host loading data ({loader})", site, share)
+    name = model.name_of(int(g.act_event[ending]))[:80]
+    tol = max(_BOUND_US, g.wait_tolerance_us)
+    waited = [w for w in g.act_waits[ending] if float(g.act_end[w]) >= g1 - tol]
+    if waited:
+        other = model.lanes[int(g.act_lane[waited[0]])].label
+        return _Verdict(Cause.DEPENDENCY, f"{name} waited for work on {other}", None, share)
+    issued = float(g.call_end[call] if g.act_from_return[ending] else g.call_start[call])
+    delay = g1 - issued
+    if issued <= r0 or (delay > float(g.act_bound[ending]) and delay > issued - r0):
+        # launched before the gap (or early in it, then held far longer than the host took to launch)
+        return _held(model, g, ending, call, delay, name, site, share)
+    busy_with = work.busiest(lane, r0, g1) or model.name_of(launch_event)
+    return _Verdict(Cause.HOST, f"host busy in {busy_with}", site, share)
+
+
+def _held(
+    model: TraceModel,
+    g: Graph,
+    ending: int,
+    call: int,
+    delay: float,
+    name: str,
+    site: CallSite | None,
+    share: float,
+) -> _Verdict:
+    """The activity was launched before the gap began: launch latency when the delay is plausible for
+    this device, else whatever held it (a collective's other ranks, a stream wait, a graph's order)."""
+    launch = model.name_of(int(g.call_event[call]))
+    if any(word in name.lower() for word in _COLLECTIVE_WORDS):
+        return _Verdict(Cause.DEPENDENCY, f"{name} (a collective) waited for the other ranks", None, share)
+    if delay <= float(g.act_bound[ending]):
+        return _Verdict(Cause.LAUNCH, f"{launch} started {delay:.0f} us before its work ran", site, share)
+    if bool(g.call_after_wait[call]):
+        detail = f"{name} launched after a stream wait: held {delay:.0f} us waiting for another stream"
+        return _Verdict(Cause.DEPENDENCY, detail, None, share)
+    if int(model.events.api[int(g.call_event[call])]) == ApiKind.GRAPH_LAUNCH:
+        return _Verdict(Cause.DEPENDENCY, f"{name} held {delay:.0f} us by its graph's own order", None, share)
+    detail = f"{name} was held {delay:.0f} us after its launch ({launch}) by something not in the trace"
+    return _Verdict(Cause.UNKNOWN, detail, site, share)
+
+
+_COLLECTIVE_WORDS = ("nccl", "rccl", "allreduce", "all_reduce", "allgather", "reducescatter", "c10d::")
 
 
 def _op(model: TraceModel, event: int) -> str:

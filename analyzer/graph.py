@@ -23,11 +23,12 @@ from enum import IntEnum
 import numpy as np
 import numpy.typing as npt
 
+from analyzer.edges import Activities, inferred_waits, launch_latency, start_edges, wait_tolerance
 from analyzer.model import F64, I64, NO_ID, EventTable, Mask, TraceModel
 from analyzer.names import ACTIVITY_KINDS, ApiKind, EventKind, memcpy_is_async
+from analyzer.threads import Threads, handoffs
 
 SYNC_OWN_US = 5.0  # host cost of a blocking call that waited: not observable, assumed small
-DEFAULT_LATENCY_US = 5.0  # launch latency when none can be measured
 _SCHEDULING = (
     ApiKind.LAUNCH,
     ApiKind.GRAPH_LAUNCH,
@@ -89,6 +90,13 @@ class Graph:
         tuple[float, ...], ...
     ]  # weight of each of those edges (start - their end if binding)
     thread_anchor: dict[int, float]  # first event start per host thread (gap of its first call)
+    call_dep: I64  # the other thread's call whose work this call's preceding stretch waited for (-1: none)
+    call_dep_at: F64  # when that thread's work ended (the handoff; NaN: none)
+    call_after_wait: npt.NDArray[np.bool_]  # a stream wait call precedes it closely on its thread
+    act_typical: F64  # typical launch latency of the activity's device
+    act_bound: F64  # the longest launch delay plausible on the activity's device
+    wait_tolerance_us: float  # how soon after awaited work a held activity starts on this trace
+    threads: Threads  # each thread's own work, to find handoffs (the critical path's tail uses it)
 
     @property
     def calls(self) -> int:
@@ -134,12 +142,22 @@ def build_graph(model: TraceModel) -> Graph:
         act_start,
     )
     issue = _IssueOrder(model, act_lane, issued)
-    act_waits = _stream_waits(model, len(acts), issue)
-    if not any(act_waits) and bool(np.any(ev.api[calls] == ApiKind.STREAM_WAIT)):
-        act_waits = _inferred_stream_waits(
-            act_lane, act_device, act_start, act_end, act_prev, issued, act_call
-        )
-    edges = _start_edges(act_call, act_prev, act_start, act_end, issued, act_device, act_waits)
+    after_wait = _after_stream_wait(ev.api[calls], call_lane)
+    graph_launch = (act_call >= 0) & (ev.api[calls[np.maximum(act_call, 0)]] == ApiKind.GRAPH_LAUNCH)
+    info = Activities(
+        act_lane, act_device, act_start, act_end, act_prev, issued, act_call,
+        after_wait[np.maximum(act_call, 0)] & (act_call >= 0), graph_launch,
+    )  # fmt: skip
+    recorded = _stream_waits(model, len(acts), issue)
+    prev_end = info.prev_end()
+    lat = launch_latency(act_start - issued, _free(info, recorded) & ~graph_launch, act_device)
+    tol = wait_tolerance(act_start, prev_end, issued)
+    has_records = any(recorded)
+    streams = not has_records and bool(np.any(ev.api[calls] == ApiKind.STREAM_WAIT))
+    act_waits, tol = inferred_waits(info, recorded, lat.typical, tol, streams)
+    edges = start_edges(info, act_waits, lat)
+    threads = Threads(model, call_lane, call_end)
+    hand = handoffs(threads, call_lane, call_start, call_gap)
     blocking, waits = _blocking(model, calls, acts, act_call, act_lane, issue)
     awaited = np.full(len(calls), -np.inf)
     for c in np.flatnonzero(blocking != Blocking.NO).tolist():
@@ -155,7 +173,7 @@ def build_graph(model: TraceModel) -> Graph:
         call_lane=call_lane,
         call_start=call_start,
         call_end=call_end,
-        call_gap=call_gap,
+        call_gap=hand.own,
         call_prev=call_prev,
         call_blocking=blocking,
         call_own=call_own,
@@ -175,6 +193,13 @@ def build_graph(model: TraceModel) -> Graph:
         act_waits=act_waits,
         act_wait_gap=edges.wait_gap,
         thread_anchor=anchors,
+        call_dep=hand.dep,
+        call_dep_at=hand.at,
+        call_after_wait=after_wait,
+        act_typical=edges.typical,
+        act_bound=edges.bound,
+        wait_tolerance_us=tol,
+        threads=threads,
     )
 
 
@@ -226,6 +251,29 @@ def _launching_call(model: TraceModel, acts: I64, call_of_event: I64) -> I64:
     return out
 
 
+def _free(info: Activities, waits: tuple[tuple[int, ...], ...]) -> npt.NDArray[np.bool_]:
+    """Activities launched onto an idle stream with nothing to wait for: their delay is launch latency."""
+    wait_end = np.array([max((float(info.end[w]) for w in ws), default=-np.inf) for ws in waits])
+    observed = info.start - info.issued
+    return np.asarray(
+        (info.call >= 0) & (info.prev_end() < info.issued) & (wait_end < info.issued) & (observed >= 0)
+    )
+
+
+_AFTER_WAIT_CALLS = 4  # a stream wait this many calls back on the thread still gates the next launch
+
+
+def _after_stream_wait(api: npt.NDArray[np.int8], lane: I64) -> npt.NDArray[np.bool_]:
+    """Per call: one of the few calls before it on its thread (or itself) is a stream wait."""
+    n = len(api)
+    pos = np.arange(n)
+    last = np.where(api == ApiKind.STREAM_WAIT, pos, -(10**9))
+    first_of_lane = np.concatenate([[True], lane[1:] != lane[:-1]]) if n else np.zeros(0, np.bool_)
+    lane_start = np.maximum.accumulate(np.where(first_of_lane, pos, 0)) if n else pos
+    last = np.maximum.accumulate(last) if n else last
+    return np.asarray((last >= lane_start) & (pos - last <= _AFTER_WAIT_CALLS))
+
+
 def _previous_in_group(group: I64) -> I64:
     prev = np.arange(len(group), dtype=np.int64) - 1
     if len(group):
@@ -243,86 +291,6 @@ def _thread_anchors(model: TraceModel) -> dict[int, float]:
             if len(on):
                 out[lane.id] = float(ev.ts[on[0]])
     return out
-
-
-@dataclass(frozen=True)
-class _StartEdges:
-    latency: F64
-    queue_gap: F64
-    wait_gap: tuple[tuple[float, ...], ...]
-
-
-def _start_edges(
-    act_call: I64,
-    act_prev: I64,
-    start: F64,
-    end: F64,
-    issued: F64,
-    device: I64,
-    waits: tuple[tuple[int, ...], ...],
-) -> _StartEdges:
-    """Weights of the edges into each activity's start: launch latency (its unqueued value), stream order
-    and event waits, chosen so that ``start == max(issued + latency, prev end + queue gap, wait end + gap)``
-    holds exactly for the recorded trace. An activity held back by its stream or by an event gets the
-    device's typical latency; the edge that held it carries the rest."""
-    linked = act_call >= 0
-    has_prev = act_prev >= 0
-    prev_end = np.where(has_prev, end[np.maximum(act_prev, 0)], -np.inf)
-    wait_end = (
-        np.array([max((float(end[w]) for w in ws), default=-np.inf) for ws in waits])
-        if waits
-        else np.zeros(0)
-    )
-    observed = start - issued
-    free = linked & (prev_end < issued) & (wait_end < issued) & (observed >= 0)
-    typical = np.full(len(start), DEFAULT_LATENCY_US)
-    for d in np.unique(device):
-        sample = observed[free & (device == d)]
-        if len(sample):
-            typical[device == d] = float(np.median(sample))
-    ready = issued + typical
-    by_prev = linked & has_prev & (prev_end > ready) & (prev_end >= wait_end)
-    by_wait = linked & (wait_end > ready) & ~by_prev
-    held = by_prev | by_wait
-    latency = np.where(held, np.minimum(typical, observed), observed)
-    with np.errstate(invalid="ignore"):
-        queue_gap = np.where(by_prev, start - prev_end, np.minimum(0.0, start - prev_end))
-    wait_gap = tuple(
-        tuple(
-            float(start[i] - end[w])
-            if by_wait[i] and end[w] >= wait_end[i]
-            else min(0.0, float(start[i] - end[w]))
-            for w in ws
-        )
-        for i, ws in enumerate(waits)
-    )
-    return _StartEdges(np.where(linked, latency, 0.0), np.where(has_prev, queue_gap, 0.0), wait_gap)
-
-
-_INFER_SLACK_US = 10.0  # unexplained start delay beyond which a cross-stream wait is looked for
-_INFER_MATCH_US = 3.0  # the other stream's activity must have ended this close before the start
-
-
-def _inferred_stream_waits(
-    lane: I64, device: I64, start: F64, end: F64, prev: I64, issued: F64, call: I64
-) -> tuple[tuple[int, ...], ...]:
-    """For traces without ``cuda_sync`` records (older CUPTI) that do call ``cudaStreamWaitEvent``: an
-    activity that started well after its launch and its stream predecessor, just as an activity on another
-    stream of the same device ended, is taken to have waited for that activity."""
-    waits: list[tuple[int, ...]] = [()] * len(start)
-    prev_end = np.where(prev >= 0, end[np.maximum(prev, 0)], -np.inf)
-    late = (call >= 0) & (start > np.maximum(issued + _INFER_SLACK_US, prev_end + _INFER_SLACK_US))
-    by_end = np.argsort(end, kind="stable")
-    ends = end[by_end]
-    for i in np.flatnonzero(late).tolist():
-        k = int(np.searchsorted(ends, start[i], side="right")) - 1
-        while k >= 0 and ends[k] >= start[i] - _INFER_MATCH_US:
-            other = int(by_end[k])
-            if lane[other] != lane[i] and device[other] == device[i]:
-                waits[i] = (other,)
-                break
-            k -= 1
-    return tuple(waits)
 
 
 class _IssueOrder:
@@ -436,7 +404,8 @@ def _blocking(
     return kinds, tuple(waits)
 
 
-_COPY_SKEW_US = 5.0  # a copy call that returned more than this before its awaited work ended did not wait
+CLOCK_SKEW_US = 5.0  # host and device clocks may disagree by this much
+_COPY_SKEW_US = CLOCK_SKEW_US  # a copy call that returned more than this before its work ended did not wait
 
 
 def _malloc_waited(ev: EventTable, call: int, awaited: list[int]) -> bool:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from analyzer.graph import Blocking, Graph
+from analyzer.graph import CLOCK_SKEW_US, Blocking, Graph
 
 _MAX_REPORTED = 20  # per rule: a broken graph breaks the same way many times
 
@@ -150,9 +150,17 @@ def _host(g: Graph, eps: float, out: list[str]) -> None:
     _report(out, "host order", bad)
     has_prev = g.call_prev >= 0
     prev_end = np.where(has_prev, g.call_end[np.maximum(g.call_prev, 0)], np.nan)
-    drift = has_prev & (np.abs(prev_end + g.call_gap - g.call_start) > eps)
+    dep = g.call_dep >= 0
+    exact = np.abs(prev_end + g.call_gap - g.call_start) > eps
+    drift = has_prev & np.where(dep, prev_end + g.call_gap > g.call_start + eps, exact)
     bad = [f"call {i}: previous end + gap != start" for i in _where(drift)]
     _report(out, "host gap", bad)
+    dep_end = np.where(dep, g.call_end[np.maximum(g.call_dep, 0)], -np.inf)
+    back = dep & ((dep_end > g.call_dep_at + eps) | (g.call_dep_at > g.call_start + eps))
+    bad = [
+        f"call {i} waits for another thread's call {int(g.call_dep[i])} ending after it" for i in _where(back)
+    ]
+    _report(out, "thread handoff", bad)
     first = ~has_prev
     bad = [
         f"lane {int(g.call_lane[i])} has no anchor"
@@ -237,7 +245,8 @@ def _blocking(g: Graph, eps: float, out: list[str]) -> None:
         )
         if g.call_end[c] < awaited + g.call_ret[c] - eps:
             bad.append(f"call {c} returns before awaited completion + ret")
-        if awaited > g.call_start[c] and g.call_ret[c] < -eps:
+        # host and device clocks differ by a few µs: a call returning that little before is within skew
+        if awaited > g.call_start[c] and g.call_ret[c] < -max(eps, CLOCK_SKEW_US):
             bad.append(f"call {c} waited but returned {-g.call_ret[c]:.3f} us before the completion")
     _report(out, "sync edge", bad)
     nonblocking = [c for c in np.flatnonzero(g.call_blocking == Blocking.NO).tolist() if g.call_waits[c]]

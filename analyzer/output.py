@@ -87,7 +87,24 @@ def to_json(a: Analysis) -> dict[str, Any]:
         "pipeline": asdict(a.pipeline) if a.pipeline else None,
         "idle_by_cause_us": {c.value: v for c, v in a.idle_by_cause.items()},
         "per_rank": [{"rank": r, "summary": _summary(s)} for r, s in sorted(a.per_rank.items())],
+        "verdict": _verdict(a),
+        "warnings": list(a.warnings),
         "run_steps": _run_steps(a),
+    }
+
+
+def _verdict(a: Analysis) -> dict[str, Any] | None:
+    v = a.verdict
+    if v is None:
+        return None
+    return {
+        "bottleneck": v.bottleneck,
+        "basis": v.basis,
+        "evidence": v.evidence(),
+        "sensitivity_us": dict(v.sensitivity_us),
+        "path_share": dict(v.path_share),
+        "window_us": a.window.dur_us,
+        "overrun_us": a.whatif.overrun_us if a.whatif else 0.0,
     }
 
 

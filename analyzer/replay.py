@@ -53,6 +53,8 @@ class Frame:
     tail_call: int  # last call of the main thread ending in the window (-1: none)
     tail_gap: float  # from that call's end to the window end
     tail_input: float
+    tail_dep: int  # the other thread's call the main thread waited for at the window's end (-1: none)
+    tail_dep_gap: float  # from that call's end to the window end
     window_acts: np.ndarray  # activities launched inside the window (their end bounds the makespan)
     act_wait_offset: list[tuple[tuple[int, float], ...]]
     lists: dict[str, list[Any]]  # the graph's columns as Python lists, converted once for every replay
@@ -97,6 +99,13 @@ def make_frame(
     issued = g.issued()
     window_acts = np.flatnonzero((issued >= start_us) & (issued <= end_us))
     tail_call, tail_gap, tail_input = _tail(g, main_lane, end_us, input_by_lane)
+    tail_dep, tail_dep_gap = -1, 0.0
+    if tail_call >= 0:
+        h = g.threads.waited_for(main_lane, float(g.call_end[tail_call]), end_us)
+        if h is not None:
+            tail_dep, tail_dep_gap = h.call, end_us - float(g.call_end[h.call])
+            tail_gap = g.threads.own(main_lane, float(g.call_end[tail_call]), end_us)
+            tail_input = min(tail_input, tail_gap)
     offsets = [
         tuple(zip(waits, gaps, strict=True)) for waits, gaps in zip(g.act_waits, g.act_wait_gap, strict=True)
     ]
@@ -111,6 +120,8 @@ def make_frame(
         tail_call=tail_call,
         tail_gap=tail_gap,
         tail_input=tail_input,
+        tail_dep=tail_dep,
+        tail_dep_gap=tail_dep_gap,
         window_acts=window_acts,
         act_wait_offset=offsets,
         lists={
@@ -121,6 +132,10 @@ def make_frame(
             "blocking": (g.call_blocking != Blocking.NO).tolist(),
             "lanes": g.call_lane.tolist(),
             "c_start": g.call_start.tolist(),
+            "dep": g.call_dep.tolist(),
+            "dep_gap": np.where(
+                g.call_dep >= 0, g.call_start - g.call_end[np.maximum(g.call_dep, 0)], 0.0
+            ).tolist(),
             "a_call": g.act_call.tolist(),
             "from_return": g.act_from_return.tolist(),
             "a_prev": g.act_prev.tolist(),
@@ -161,7 +176,7 @@ def replay(g: Graph, f: Frame, costs: Costs) -> Replay:
     n_calls, n_acts = g.calls, g.activities
     L = f.lists
     prev, gap, own, ret, blocking = L["prev"], L["gap"], L["own"], L["ret"], L["blocking"]
-    lanes, c_start = L["lanes"], L["c_start"]
+    lanes, c_start, dep, dep_gap = L["lanes"], L["c_start"], L["dep"], L["dep_gap"]
     a_call, a_prev, a_lat, a_gap = L["a_call"], L["a_prev"], L["a_lat"], L["a_gap"]
     a_start, a_end, a_dur = L["a_start"], L["a_end"], L["a_dur"]
     waits = g.call_waits
@@ -200,6 +215,12 @@ def replay(g: Graph, f: Frame, costs: Costs) -> Replay:
             if call_in[i]:
                 gi = (gi - gap_input[i]) * hs + gap_input[i] * hs * ins
             s = base + gi
+            d = dep[i]
+            if d >= 0:  # the stretch before this call waited for another thread
+                done = new_ce[d]
+                if done != done:
+                    done = end_of(d)
+                s = max(s, done + (dep_gap[i] * hs if call_in[i] else dep_gap[i]))
             new_cs[i] = s
             if not blocking[i] or i in no_wait:
                 new_ce[i] = s + (own[i] * hs if call_in[i] else own[i])
@@ -237,5 +258,7 @@ def _predicted_end(f: Frame, call_end: F64, act_end: list[float], costs: Costs) 
             f.tail_gap - f.tail_input
         ) * costs.host_scale + f.tail_input * costs.host_scale * costs.input_scale
         host = float(call_end[f.tail_call]) + tail
+        if f.tail_dep >= 0:
+            host = max(host, float(call_end[f.tail_dep]) + f.tail_dep_gap * costs.host_scale)
     device = float(np.max(np.asarray(act_end)[f.window_acts])) if len(f.window_acts) else host
     return float(max(host, device))

@@ -263,6 +263,8 @@ def verdict_doc(doc: Doc) -> Doc:
         "saving_how": how,
         "est_saving_us": float(s["est_saving_us"] or 0.0),
         "wall_us": wall,
+        "evidence": (doc.get("verdict") or {}).get("evidence", "") if not no_device else "",
+        "warnings": list(doc.get("warnings") or []),
     }
 
 
@@ -324,7 +326,7 @@ def _sync_groups(doc: Doc, limit: int) -> Doc:
 
 
 def _whatif(a: Analysis, doc: Doc) -> Doc:
-    recorded = a.whatif.replayed_wall_us if a.whatif else float(doc["window"]["dur_us"])
+    recorded = float(doc["window"]["dur_us"])  # the baseline every view shows: the window
     rows = [
         {
             "scenario": w["scenario"],

@@ -46,19 +46,21 @@ def _verdict(a: Analysis) -> list[str]:
         ]
     if a.critical is None or s.bottleneck is None:
         return []
-    share = a.critical.breakdown_us[a.critical.bottleneck] / max(a.critical.length_us, 1e-9)
     gpu = (
         f"GPU {a.main_device} utilization {s.device_utilization:.1%}"
         if a.main_device is not None
         else "no GPU work"
     )
-    out = [f"  verdict   {VERDICT[s.bottleneck]} ({share:.0%} of the critical path); {gpu}"]
+    out = [f"  verdict   {VERDICT[s.bottleneck]}; {gpu}"]
+    if a.verdict is not None:
+        out.append(f"            evidence: {a.verdict.evidence()}")
+    out.extend(f"  WARNING   {w}" for w in a.warnings)
     idle = sorted(((v, c.value) for c, v in a.idle_by_cause.items() if v > 0), reverse=True)
     if idle:
         parts = ", ".join(f"{name} {ms(v)}" for v, name in idle)
         out.append(f"            device idle {ms(s.device_idle_us)} in the window; gaps by cause: {parts}")
     saving = s.est_saving_us or 0.0
-    wall = a.whatif.replayed_wall_us if a.whatif else a.window.dur_us
+    wall = a.window.dur_us
     if saving > 0 and a.whatif:
         best = max(a.whatif.results[:1] + a.whatif.results[4:], key=lambda w: w.saving_us)
         out.append(
@@ -112,9 +114,9 @@ def _whatif(a: Analysis) -> list[str]:
     if a.whatif is None or a.main_device is None:  # nothing on a device to re-time
         return []
     w = a.whatif
-    rows = [f"  what-if   {'as recorded':<20} {ms(w.replayed_wall_us):>11}"]
+    rows = [f"  what-if   {'as recorded':<20} {ms(w.window_us):>11}"]
     for r in w.results:
-        pct = r.saving_us / max(w.replayed_wall_us, 1e-9)
+        pct = r.saving_us / max(w.window_us, 1e-9)
         rows.append(
             f"            {r.scenario.value:<20} {ms(r.predicted_wall_us):>11}   saves {ms(r.saving_us)} ({pct:.0%})"
         )

@@ -76,11 +76,14 @@ def test_human_summary(capsys: pytest.CaptureFixture[str]) -> None:
     lines = out.splitlines()
     assert lines[1].startswith("  verdict   device-bound: the GPU is the critical resource")
     assert "GPU 0 utilization 89.9%" in lines[1]
-    assert lines[4].startswith("  findings 1. [high] `.item()` / scalar read syncs the GPU at train.py:42")
-    assert lines[5].startswith("              fix: Keep the value on the device")
-    assert lines[6] == "  syncs     5 blocking, 4 avoidable:"
-    assert lines[7].split()[:5] == ["4", "x", "scalar_read", "at", "train.py:42"]
-    assert lines[8].split()[:3] == ["what-if", "as", "recorded"]
+    # the verdict's evidence: share of the path, utilization, what each speed-up saves
+    assert lines[2].startswith("            evidence: critical path device ")
+    assert "GPU 90% busy" in lines[2] and "a faster {device, host, input, sync} saves" in lines[2]
+    assert lines[5].startswith("  findings 1. [high] `.item()` / scalar read syncs the GPU at train.py:42")
+    assert lines[6].startswith("              fix: Keep the value on the device")
+    assert lines[7] == "  syncs     5 blocking, 4 avoidable:"
+    assert lines[8].split()[:5] == ["4", "x", "scalar_read", "at", "train.py:42"]
+    assert lines[9].split()[:3] == ["what-if", "as", "recorded"]
     assert (
         f"  trace     {events:,} events (json.gz, rank 0); 1 host thread, 1 stream; "
         "window 16.02 ms (4 profiled steps)"
