@@ -233,8 +233,8 @@ class _Walk:
         if not self.host_work(lane, first, t):
             return None
         h = self.threads.waited_for(lane, self.start, first)
-        if h is not None and h.lane != lane:
-            return ("host", h.lane, first, -1)  # the thread that was working when this one began
+        if h is not None and h.lane != lane:  # the thread that was working when this one began
+            return ("host", h.lane, h.at, -1) if self.add(Kind.IDLE, lane, -1, h.at, first) else None
         self.add(Kind.IDLE, lane, -1, self.start, first)
         return None
 

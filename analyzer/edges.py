@@ -180,6 +180,15 @@ def _latest(acts: Activities, candidates: list[int], i: int, ready: float) -> in
     return best
 
 
+def latest_end(end: F64, waits: tuple[tuple[int, ...], ...]) -> F64:
+    """Per activity, the latest end among the activities it waits for (-inf: none)."""
+    out = np.full(len(waits), -np.inf)
+    for i, ws in enumerate(waits):
+        if ws:
+            out[i] = max(float(end[w]) for w in ws)
+    return out
+
+
 @dataclass(frozen=True)
 class StartEdges:
     latency: F64  # launch -> start
@@ -197,11 +206,7 @@ def start_edges(acts: Activities, waits: tuple[tuple[int, ...], ...], lat: Laten
     linked = acts.call >= 0
     has_prev = acts.prev >= 0
     prev_end = acts.prev_end()
-    wait_end = (
-        np.array([max((float(end[w]) for w in ws), default=-np.inf) for ws in waits])
-        if waits
-        else np.zeros(0)
-    )
+    wait_end = latest_end(end, waits)
     observed = start - issued
     ready = np.where(linked, issued + lat.typical, -np.inf)  # unlinked: launched before the profile
     by_prev = has_prev & (prev_end > ready) & (prev_end >= wait_end)
@@ -217,6 +222,8 @@ def start_edges(acts: Activities, waits: tuple[tuple[int, ...], ...], lat: Laten
             else min(0.0, float(start[i] - end[w]))
             for w in ws
         )
+        if ws
+        else ()
         for i, ws in enumerate(waits)
     )
     return StartEdges(

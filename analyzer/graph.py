@@ -23,7 +23,14 @@ from enum import IntEnum
 import numpy as np
 import numpy.typing as npt
 
-from analyzer.edges import Activities, inferred_waits, launch_latency, start_edges, wait_tolerance
+from analyzer.edges import (
+    Activities,
+    inferred_waits,
+    latest_end,
+    launch_latency,
+    start_edges,
+    wait_tolerance,
+)
 from analyzer.model import F64, I64, NO_ID, EventTable, Mask, TraceModel
 from analyzer.names import ACTIVITY_KINDS, ApiKind, EventKind, memcpy_is_async
 from analyzer.threads import Threads, handoffs
@@ -253,7 +260,7 @@ def _launching_call(model: TraceModel, acts: I64, call_of_event: I64) -> I64:
 
 def _free(info: Activities, waits: tuple[tuple[int, ...], ...]) -> npt.NDArray[np.bool_]:
     """Activities launched onto an idle stream with nothing to wait for: their delay is launch latency."""
-    wait_end = np.array([max((float(info.end[w]) for w in ws), default=-np.inf) for ws in waits])
+    wait_end = latest_end(info.end, waits)
     observed = info.start - info.issued
     return np.asarray(
         (info.call >= 0) & (info.prev_end() < info.issued) & (wait_end < info.issued) & (observed >= 0)
