@@ -17,7 +17,7 @@ from analyzer.consistency import check
 from analyzer.critical import CriticalPath, Kind
 from analyzer.gaps import Cause
 from analyzer.inputs import input_intervals
-from analyzer.verdict import Verdict, decide
+from analyzer.verdict import decide
 
 MAIN, AUTOGRAD = 100, 200
 
