@@ -164,10 +164,12 @@ def device_usage(model: TraceModel, window: Window) -> tuple[DeviceUsage, ...]:
 
 
 def host_sync_calls(g: Graph) -> tuple[F64, F64]:
-    """Disjoint intervals of the host calls that block until device work completes: device/stream/event
-    synchronize, synchronous copies and copies to or from pageable memory (the graph's blocking calls)."""
-    blocking = g.call_blocking != Blocking.NO
-    return intervals.union(g.call_start[blocking], g.call_end[blocking])
+    """Disjoint intervals of the host calls that block until device work completes (device/stream/event
+    synchronize, synchronous copies and copies to or from pageable memory, allocator syncs), while they
+    waited: a blocking call is counted whole, but a call whose awaited work had already finished (a
+    6 s ``cudaFree`` on an idle device) is the host's own time, not a wait."""
+    waited = (g.call_blocking != Blocking.NO) & (g.waited() > 0)
+    return intervals.union(g.call_start[waited], g.call_end[waited])
 
 
 def step_stats(

@@ -140,6 +140,9 @@ def test_overview_shows_the_reports_verdict_and_every_finding(services: Services
     doc = services.store.analysis(item)
     page = render(services, f"/trace/{item}")
     assert find(page, overview.Ids.VERDICT.value).children == verdict_doc(doc)["sentence"]
+    # AND the verdict's evidence in one line (path shares, utilization, what each speed-up saves)
+    evidence = find(page, overview.Ids.EVIDENCE.value).children
+    assert evidence == f"Evidence: {doc['verdict']['evidence']}" and "critical path" in evidence
     findings = find(page, overview.Ids.FINDINGS.value)
     shown = " ".join(texts(findings))
     assert len(doc["findings"]) > 0

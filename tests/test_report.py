@@ -116,6 +116,8 @@ def test_verdict_numbers_are_the_analysis_numbers(item_report: tuple[Analysis, s
     _a, card = page.by_id("card-saving")
     assert report.ms(best) in card
     assert f"{s['device_utilization']:.0%}" in sentence
+    _a, evidence = page.by_id("verdict-evidence")
+    assert evidence == f"Evidence: {doc['verdict']['evidence']}"
     _a, card = page.by_id("card-utilization")
     assert card.startswith(f"Device utilization {s['device_utilization'] * 100:.0f}%")
     causes = {a["data-cause"]: float(a["data-us"]) for _t, a, _x in page.elements if "data-cause" in a}

@@ -17,6 +17,8 @@ from dashboard.store import Entry
 
 class Ids(str, Enum):
     VERDICT = "overview-verdict"
+    EVIDENCE = "overview-evidence"
+    WARNINGS = "overview-warnings"
     FINDINGS = "overview-findings"
     IDLE = "overview-idle"
     CRITICAL = "overview-critical"
@@ -93,6 +95,19 @@ def layout(services: Services, entry: Entry) -> html.Div:
                 [
                     html.H2("Verdict"),
                     html.P(verdict["sentence"], id=Ids.VERDICT.value, className="ss-verdict"),
+                    html.P(f"Evidence: {verdict['evidence']}", id=Ids.EVIDENCE.value, className="muted")
+                    if verdict["evidence"]
+                    else None,
+                    html.Div(
+                        [
+                            html.B("The analysis contradicts itself here; do not trust these numbers:"),
+                            html.Ul([html.Li(w) for w in verdict["warnings"]]),
+                        ],
+                        id=Ids.WARNINGS.value,
+                        className="ss-warnings",
+                    )
+                    if verdict["warnings"]
+                    else None,
                     html.Div([card(k, v) for k, v in headline(doc)], className="ss-cards"),
                     html.Ul([html.Li(n) for n in notes], className="ss-notes") if notes else None,
                 ],
