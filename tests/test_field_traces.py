@@ -1,0 +1,125 @@
+"""Verdicts on the real traces of ``../shared/traces/field`` (other projects' test suites): each gets the
+analysis its MANIFEST row asks for, checked on the computed numbers. Skipped when the folder is absent."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from analyzer import load
+from analyzer.analysis import Analysis, analyze
+from analyzer.critical import Kind
+from analyzer.gaps import Cause
+from analyzer.replay import Scenario
+
+pytestmark = pytest.mark.shared
+FIELD = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "field"
+
+
+@cache
+def field(name: str) -> Analysis:
+    path = FIELD / f"{name}.pt.trace.json.gz"
+    if not path.is_file():
+        pytest.skip(f"{path} not present")
+    return analyze(load(path))
+
+
+def share(a: Analysis, kind: Kind) -> float:
+    assert a.critical is not None
+    return a.critical.breakdown_us[kind] / a.window.dur_us
+
+
+def saving(a: Analysis, scenario: Scenario) -> float:
+    assert a.whatif is not None
+    return a.whatif.saving(scenario) / a.window.dur_us
+
+
+def path_lanes(a: Analysis, kind: Kind) -> set[int]:
+    cp = a.critical
+    assert cp is not None
+    return set(cp.lane[cp.kind == list(Kind).index(kind)].tolist())
+
+
+def test_data_loading_without_workers_is_the_verdict_and_with_four_it_is_not() -> None:
+    nw0, nw4 = field("kineto_v100_resnet50_nw0"), field("kineto_v100_resnet50_nw4")
+    # TensorBoard's plugin: DataLoader 33.4% of the step with num_workers=0, 0.84% with 4
+    assert nw0.summary.bottleneck == "input"
+    assert share(nw0, Kind.INPUT) > 0.25
+    assert 0.2 < saving(nw0, Scenario.INPUT_OVERLAPPED) < 0.45  # comparable to TensorBoard's 33.4%
+    (finding,) = [f for f in nw0.findings if f.rule == "input_bound"]
+    assert "num_workers" in finding.advice and finding.est_saving_us > 0.2 * nw0.window.dur_us
+    assert nw4.summary.bottleneck != "input"
+    assert share(nw4, Kind.INPUT) < 0.05 and saving(nw4, Scenario.INPUT_OVERLAPPED) < 0.02
+    assert not [f for f in nw4.findings if f.rule == "input_bound"]
+
+
+def test_the_path_follows_the_autograd_thread_through_the_backward_pass() -> None:
+    a = field("hta_a100_df_index_resolver")
+    assert a.critical is not None and a.graph is not None
+    # both host threads carry host time on the path; none of it spans a thread's idle wait
+    host_lanes = path_lanes(a, Kind.HOST)
+    assert len(host_lanes) == 2
+    cp = a.critical
+    main = a.model.steps[0].lane
+    on_main = (cp.lane == main) & (cp.kind == list(Kind).index(Kind.HOST))
+    longest_main = float(np.max(cp.end_us[on_main] - cp.start_us[on_main]))
+    assert longest_main < 150_000  # each ~250 ms backward wait of the main thread is the other thread's
+    assert int(np.count_nonzero(a.graph.call_dep >= 0)) >= 5  # one handoff per step at least
+    # the bottleneck is what the what-if says: a faster host saves, a faster device does not
+    assert a.verdict is not None and a.verdict.basis == "sensitivity"
+    assert a.summary.bottleneck == max(a.verdict.sensitivity_us, key=lambda k: a.verdict.sensitivity_us[k])
+
+
+def test_the_window_ends_through_the_other_threads_sync_into_busy_device_work() -> None:
+    a = field("tracelens_mi210_gpu_only")
+    assert a.critical is not None
+    # the last segments: the other thread's hipDeviceSynchronize (sync) after device work
+    kinds = [s.kind for s in a.critical.segments]
+    assert Kind.SYNC in kinds[-3:] and a.critical.breakdown_us[Kind.DEVICE] > 0.4 * a.window.dur_us
+    assert a.summary.device_utilization > 0.85 and a.summary.bottleneck != "host"
+    assert a.warnings == ()  # every thread's segments lie within its lifetime
+
+
+def test_copies_waiting_for_the_collective_are_dependency_and_the_path_runs_through_it() -> None:
+    a = field("tracelens_mi300_resnet_act_checkpoint")
+    g, cp = a.graph, a.critical
+    assert g is not None and cp is not None
+    names = [a.model.name_of(int(e)) for e in g.act_event]
+    # copies starting 9-19 µs after an RCCL kernel ends on another stream wait for it
+    waits_on_nccl = [i for i, ws in enumerate(g.act_waits) if any("nccl" in names[w] for w in ws)]
+    assert len(waits_on_nccl) >= 3 and g.wait_tolerance_us >= 19
+    on_path = {a.model.name_of(int(e)) for e in cp.event[cp.kind == list(Kind).index(Kind.DEVICE)]}
+    assert any("nccl" in n for n in on_path)
+    assert a.summary.bottleneck == "device" and share(a, Kind.IDLE) < 0.2
+    assert a.summary.device_utilization > 0.9
+
+
+def test_a_kernel_held_for_463_ms_is_not_launch_latency() -> None:
+    a = field("tracelens_sglang_qwen3_decode")
+    (gap,) = [g for g in a.gaps if g.dur_us > 400_000]
+    assert gap.cause == Cause.DEPENDENCY and "stream wait" in gap.detail
+    assert a.summary.bottleneck != "launch" and share(a, Kind.LAUNCH) < 0.01
+    assert all(g.cause != Cause.LAUNCH or g.dur_us < 1_000 for g in a.gaps)
+
+
+def test_gaps_spent_in_the_dataloader_after_short_syncs_are_input() -> None:
+    a = field("tracelens_mi300_owlv2")
+    long_gaps = [g for g in a.gaps if g.dur_us > 100_000]
+    assert len(long_gaps) >= 5 and all(g.cause == Cause.INPUT for g in long_gaps)
+    # a sync's charge never exceeds what it blocked the host for
+    for s in a.syncs:
+        assert s.bubble_us <= s.wait_us + 1e-6
+    assert a.summary.bottleneck == "input"
+
+
+def test_the_self_check_is_silent_on_every_shared_trace(shared_traces: Path) -> None:
+    # every real trace, in every folder (each rank file of the DLRM job on its own)
+    files = sorted(shared_traces.rglob("*.json.gz"))
+    assert len(files) >= 25
+    for path in files:
+        a = analyze(load(path))
+        assert a.warnings == (), (path.name, a.warnings)
+        assert a.verdict is not None and a.summary.bottleneck == a.verdict.bottleneck
