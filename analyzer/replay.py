@@ -35,6 +35,7 @@ class Costs:
     device_scale: float = 1.0  # every device activity's duration
     host_scale: float = 1.0  # every host gap and call's own time
     input_scale: float = 1.0  # host time inside data loading (0: loading moved off the critical thread)
+    launch_scale: float = 1.0  # every launch latency (call start to the activity's unqueued start)
     no_wait: frozenset[int] = field(default_factory=frozenset)  # calls that no longer wait (work stays)
 
 
@@ -140,6 +141,10 @@ def make_frame(
             "from_return": g.act_from_return.tolist(),
             "a_prev": g.act_prev.tolist(),
             "a_lat": g.act_latency.tolist(),
+            # a launch delay past the plausible latency is a hold, not latency: no speed-up shortens it
+            "a_hold": np.where(
+                g.act_latency > g.act_bound, np.maximum(g.act_latency - g.act_typical, 0.0), 0.0
+            ).tolist(),
             "a_gap": g.act_queue_gap.tolist(),
             "a_start": g.act_start.tolist(),
             "a_end": g.act_end.tolist(),
@@ -177,12 +182,12 @@ def replay(g: Graph, f: Frame, costs: Costs) -> Replay:
     L = f.lists
     prev, gap, own, ret, blocking = L["prev"], L["gap"], L["own"], L["ret"], L["blocking"]
     lanes, c_start, dep, dep_gap = L["lanes"], L["c_start"], L["dep"], L["dep_gap"]
-    a_call, a_prev, a_lat, a_gap = L["a_call"], L["a_prev"], L["a_lat"], L["a_gap"]
+    a_call, a_prev, a_lat, a_gap, a_hold = L["a_call"], L["a_prev"], L["a_lat"], L["a_gap"], L["a_hold"]
     a_start, a_end, a_dur = L["a_start"], L["a_end"], L["a_dur"]
     waits = g.call_waits
     anchor = g.thread_anchor
     from_return = L["from_return"]
-    hs, ds, ins = costs.host_scale, costs.device_scale, costs.input_scale
+    hs, ds, ins, ls = costs.host_scale, costs.device_scale, costs.input_scale, costs.launch_scale
     no_wait = costs.no_wait
     call_in, act_in, gap_input, offsets = f.call_in, f.act_in, f.gap_input, f.act_wait_offset
     new_cs = [float("nan")] * n_calls
@@ -231,9 +236,9 @@ def replay(g: Graph, f: Frame, costs: Costs) -> Replay:
             if c < 0:
                 s = a_start[i]
             elif from_return[i]:
-                s = end_of(c) + a_lat[i]
+                s = end_of(c) + (a_lat[i] - a_hold[i]) * (ls if act_in[i] else 1.0) + a_hold[i]
             else:
-                s = new_cs[c] + a_lat[i]
+                s = new_cs[c] + (a_lat[i] - a_hold[i]) * (ls if act_in[i] else 1.0) + a_hold[i]
             if s != s:  # launch recorded after its activity started (clock skew): keep the recorded start
                 s = a_start[i]
             p = a_prev[i]

@@ -7,7 +7,8 @@ gets the saving its own speed-up would bring, from the replays:
 - ``device``: every device activity 2x faster (``device_2x``);
 - ``host``: the host's own work 2x faster, data loading excluded (it is the ``input`` kind);
 - ``input``: data loading moved off the critical thread (``input_overlapped``);
-- ``sync``: the host no longer waits in blocking calls (``no_syncs``).
+- ``sync``: the host no longer waits in blocking calls (``no_syncs``);
+- ``launch``: every launch latency (a launch call's start to its activity's unqueued start) 2x shorter.
 
 The largest decides, when it is at least 5% of the window; ``balanced`` when host and device would each
 save at least 10% of the window and within a factor of two of each other, with the GPU at least 60% busy
@@ -25,7 +26,7 @@ DECISIVE_SHARE = 0.05
 BALANCED_SHARE = 0.10
 BALANCED_RATIO = 0.5
 BALANCED_UTILIZATION = 0.6
-SENSITIVITY_KINDS = ("device", "host", "input", "sync")
+SENSITIVITY_KINDS = ("device", "host", "input", "sync", "launch")
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class Verdict:
             for k in SENSITIVITY_KINDS
             if k in self.sensitivity_us
         )
-        return f"critical path {path}; {gpu}; a faster {{device, host, input, sync}} saves: {saves}"
+        return f"critical path {path}; {gpu}; a faster {{device, host, input, sync, launch}} saves: {saves}"
 
 
 def decide(

@@ -89,5 +89,6 @@ def what_if(model: TraceModel, g: Graph, f: Frame, avoidable: AvoidablePolicy) -
         "host": saving(own_host),
         "input": saving(scenarios[Scenario.INPUT_OVERLAPPED]),
         "sync": saving(scenarios[Scenario.NO_SYNCS]),
+        "launch": saving(Costs(launch_scale=0.5)),
     }
     return WhatIfReport(recorded_end(g, f) - f.start_us, base, tuple(results), window, sensitivity)
