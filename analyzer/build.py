@@ -32,6 +32,7 @@ from analyzer.model import (
 )
 from analyzer.names import (
     ACTIVITY_KINDS,
+    API_KINDS,
     DEVICE_KINDS,
     LAUNCH_FLOW_CATEGORIES,
     MEMORY_EVENT,
@@ -39,7 +40,9 @@ from analyzer.names import (
     ApiKind,
     EventKind,
     api_kind,
+    command_kind,
     event_kind,
+    is_command_category,
 )
 from analyzer.raw import EMPTY_ARGS, Batch, Document, RawArgs, RawEvent, paused_gc
 
@@ -171,6 +174,7 @@ _COMMON_ARGS = (("external_id", "external_id"), ("correlation", "correlation"))
 _PYTHON_ARGS = (("python_id", "python_id"), ("python_parent_id", "python_parent_id"))
 _DEVICE_ARGS = (
     ("stream", "stream"),
+    ("stream_id", "stream_id"),
     ("device", "device"),
     ("bytes", "bytes"),
     ("wait_stream", "wait_on_stream"),
@@ -229,7 +233,7 @@ class _Accumulator:
         kind = self.kind_of(columns["cat"])
         for fields, mask in (
             (_PYTHON_ARGS, kind == EventKind.PYTHON),
-            (_DEVICE_ARGS, np.isin(kind, list(DEVICE_KINDS))),
+            (_DEVICE_ARGS, np.isin(kind, [*DEVICE_KINDS, *API_KINDS])),  # API: device-side records
         ):
             some = list(compress(args, mask.tolist())) if mask.any() else []
             for column, attr in fields:
@@ -237,6 +241,8 @@ class _Accumulator:
                 if some:
                     full[mask] = _ids(_take(some, attr))
                 columns[column] = full
+        stream_id = columns.pop("stream_id")
+        columns["stream"] = np.where(columns["stream"] != NO_ID, columns["stream"], stream_id)
         for name, values in columns.items():
             self.parts.setdefault(name, []).append(values)
         memory = self.strings.codes.get(MEMORY_EVENT)
@@ -325,13 +331,39 @@ class _Accumulator:
         values = self.strings.values()
         api_of = np.array([api_kind(v) if isinstance(v, str) else 0 for v in values], dtype=np.int8)
         kind = self.kind_of(cols["cat"])
+        _refine_commands(kind, cols, values)
+        _device_side_calls(kind, cols["pid"])
         kind[instant] = EventKind.INSTANT
+        host = ~np.isin(kind, list(DEVICE_KINDS))
+        for column in ("stream", "device", "bytes", "wait_stream", "wait_corr"):  # of device events only
+            cols[column][host] = NO_ID
         is_api = np.isin(kind, [EventKind.RUNTIME, EventKind.DRIVER])
         cols["kind"] = kind
         cols["api"] = np.where(is_api, api_of[cols["name"]], ApiKind.NONE).astype(np.int8)
         cols["name"] = cols["name"].astype(np.int32)
         cols["cat"] = cols["cat"].astype(np.int32)
         return cols, ~(bad_ts | bad_dur | negative | out_of_range)
+
+
+def _refine_commands(kind: npt.NDArray[np.int8], cols: dict[str, Any], values: list[Any]) -> None:
+    """Device command categories (``mtia_ccp_events``): the event name says copy, wait or execution."""
+    is_command = np.array([isinstance(v, str) and is_command_category(v) for v in values], dtype=np.bool_)
+    selected = is_command[cols["cat"]]
+    if not selected.any():
+        return
+    names = cols["name"][selected]
+    by_name = {int(c): int(command_kind(str(values[c]))) for c in np.unique(names).tolist()}
+    kind[selected] = np.fromiter(map(by_name.__getitem__, names.tolist()), dtype=np.int8, count=len(names))
+
+
+def _device_side_calls(kind: npt.NDArray[np.int8], pid: I64) -> None:
+    """Runtime records written on a device's own process (MTIA writes the device side of each
+    ``synchronize`` there, with the host call's correlation) are device sync records, not host calls."""
+    is_api = np.isin(kind, list(API_KINDS))
+    if not is_api.any():
+        return
+    device_pids = np.unique(pid[np.isin(kind, list(ACTIVITY_KINDS))])
+    kind[is_api & np.isin(pid, device_pids)] = EventKind.SYNC
 
 
 def _unknown_categories(cols: dict[str, Any], strings: _Interner) -> dict[str, int]:

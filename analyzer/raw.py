@@ -29,6 +29,7 @@ class RawArgs(msgspec.Struct, gc=False):
     external_id: IdValue = msgspec.field(default=-1, name="External id")
     correlation: IdValue = -1
     stream: IdValue = -1
+    stream_id: IdValue = -1  # other accelerators' runtime records (MTIA) name the stream so
     device: IdValue = -1
     bytes: IdValue = -1
     python_id: IdValue = msgspec.field(default=-1, name="Python id")
