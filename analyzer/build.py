@@ -43,6 +43,7 @@ from analyzer.names import (
     command_kind,
     event_kind,
     is_command_category,
+    is_range_category,
 )
 from analyzer.raw import EMPTY_ARGS, Batch, Document, RawArgs, RawEvent, paused_gc
 
@@ -117,6 +118,7 @@ def _build(doc: Document, path: str, fmt: str, progress: Callable[[str], None]) 
     if not keep.all():
         _select(cols, keep)
     unknown_categories = _unknown_categories(cols, acc.strings)
+    notes = _format_notes(cols, acc.strings)
     unpaired = _apply_launch_flows(cols, acc.flows())
     _select(cols, np.lexsort((-cols["dur"], cols["ts"])))
     lanes = _assign_lanes(cols, acc.meta, acc.raw.values())
@@ -143,6 +145,7 @@ def _build(doc: Document, path: str, fmt: str, progress: Callable[[str], None]) 
             unknown_keys=tuple(doc.unknown_keys),
             unpaired_flows=unpaired,
             unlinked_device_events=unlinked,
+            notes=notes,
         ),
     )
 
@@ -243,6 +246,7 @@ class _Accumulator:
                 columns[column] = full
         stream_id = columns.pop("stream_id")
         columns["stream"] = np.where(columns["stream"] != NO_ID, columns["stream"], stream_id)
+        columns["stack"] = self._stacks(args, kind == EventKind.CPU_OP)
         for name, values in columns.items():
             self.parts.setdefault(name, []).append(values)
         memory = self.strings.codes.get(MEMORY_EVENT)
@@ -250,6 +254,19 @@ class _Accumulator:
             self._add_memory(list(compress(args, (instant & (columns["name"] == memory)).tolist())))
         linked_kinds = np.isin(kind, [*_LINKED_KINDS, EventKind.RUNTIME, EventKind.DRIVER])
         return bool(np.any(linked_kinds & (columns["correlation"] < 0)))
+
+    def _stacks(self, args: list[RawArgs], ops: Mask) -> I64:
+        """Legacy ``args["Call stack"]`` of cpu_ops, interned (one string per distinct stack), else -1."""
+        out = np.full(len(args), NO_ID, dtype=np.int64)
+        if not ops.any():
+            return out
+        values = _take(list(compress(args, ops.tolist())), "call_stack")
+        if not any(values):
+            return out
+        codes = self.strings.codes_of([v or "" for v in values])
+        codes[codes == self.strings.codes.get("", NO_ID)] = NO_ID
+        out[ops] = codes
+        return out
 
     def _add_memory(self, args: list[RawArgs]) -> None:
         """Per-device peaks of the allocator totals that ``[memory]`` instants carry (device memory only)."""
@@ -342,6 +359,7 @@ class _Accumulator:
         cols["api"] = np.where(is_api, api_of[cols["name"]], ApiKind.NONE).astype(np.int8)
         cols["name"] = cols["name"].astype(np.int32)
         cols["cat"] = cols["cat"].astype(np.int32)
+        cols["stack"] = cols["stack"].astype(np.int32)
         return cols, ~(bad_ts | bad_dur | negative | out_of_range)
 
 
@@ -364,6 +382,20 @@ def _device_side_calls(kind: npt.NDArray[np.int8], pid: I64) -> None:
         return
     device_pids = np.unique(pid[np.isin(kind, list(ACTIVITY_KINDS))])
     kind[is_api & np.isin(pid, device_pids)] = EventKind.SYNC
+
+
+def _format_notes(cols: dict[str, Any], strings: _Interner) -> tuple[str, ...]:
+    """What the reader of the analysis must know about how this trace's device time was recorded."""
+    values = strings.values()
+    present = np.unique(cols["cat"]).tolist()
+    ranges = [str(values[c]) for c in present if isinstance(values[c], str) and is_range_category(values[c])]
+    if not ranges:
+        return ()
+    return (
+        f"device time comes from {', '.join(ranges)} events (CUPTI range-profiler mode): one range per "
+        "kernel, placed by the profiler rather than timed, so idle gaps and waits against them are "
+        "approximate",
+    )
 
 
 def _unknown_categories(cols: dict[str, Any], strings: _Interner) -> dict[str, int]:

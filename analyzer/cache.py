@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 
 from analyzer.model import Device, EventTable, Lane, LaneKind, LoadReport, Step, TraceModel
 
-CACHE_VERSION = 6  # bump whenever the model or the loader changes what it builds
+CACHE_VERSION = 7  # bump whenever the model or the loader changes what it builds
 
 
 def cache_root() -> Path:

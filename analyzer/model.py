@@ -100,6 +100,7 @@ class EventTable:
     bytes: I64
     wait_stream: I64  # cuda_sync: stream waited on
     wait_corr: I64  # cuda_sync: correlation of the cudaEventRecord waited on
+    stack: I32  # cpu_op: its legacy ``args["Call stack"]`` (index into TraceModel.strings), else -1
     # resolved links (indices into this table, -1 when absent)
     parent: I64  # enclosing event on the same host thread (op nesting, python frames included)
     launch: I64  # device activity / sync record -> the host API call that issued it

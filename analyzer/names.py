@@ -94,6 +94,11 @@ def event_kind(category: str) -> EventKind:
     return EventKind.OTHER
 
 
+def is_range_category(category: str) -> bool:
+    """CUPTI range-profiler ranges: one per kernel, laid out by the profiler rather than timed."""
+    return category.lower().endswith(_RANGE_SUFFIXES)
+
+
 def is_command_category(category: str) -> bool:
     """Device command streams whose event names say what each command did (``mtia_ccp_events``)."""
     return category.lower().endswith(_COMMAND_SUFFIXES)
@@ -208,5 +213,14 @@ def memcpy_is_async(name: str) -> bool:
 SYNC_RECORD_KINDS = ("Stream Sync", "Event Sync", "Context Sync", "Stream Wait Event")
 
 STEP_PREFIX = "ProfilerStep#"
+
+
+def is_annotation_name(name: str) -> bool:
+    """A ``record_function`` scope that legacy traces file as an operator: ``ProfilerStep#5``,
+    ``enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__``, ``Optimizer.step#SGD.step``. It
+    names a region of the program, never the operation that synchronised."""
+    return name.startswith(STEP_PREFIX) or ("#" in name and "::" not in name)
+
+
 #: the instant event torch.profiler(profile_memory=True) writes for each allocation and free
 MEMORY_EVENT = "[memory]"

@@ -128,7 +128,9 @@ def _critical(a: Analysis) -> dict[str, Any] | None:
 
 
 def _site(site: CallSite | None) -> dict[str, Any] | None:
-    return {"file": site.file, "line": site.line, "function": site.function} if site else None
+    if site is None:
+        return None
+    return {"file": site.file, "line": site.line, "function": site.function, "library": site.library}
 
 
 def _sync(a: Analysis, s: Sync) -> dict[str, Any]:

@@ -35,6 +35,7 @@ class RawArgs(msgspec.Struct, gc=False):
     python_id: IdValue = msgspec.field(default=-1, name="Python id")
     python_parent_id: IdValue = msgspec.field(default=-1, name="Python parent id")
     cuda_sync_kind: str | None = None
+    call_stack: str | None = msgspec.field(default=None, name="Call stack")  # legacy: "f.py(44): g;..."
     wait_on_stream: IdValue = -1
     wait_on_event_corr: IdValue = msgspec.field(default=-1, name="wait_on_cuda_event_record_corr_id")
     name: str | int | float | None = None  # metadata events: thread_name / process_name
