@@ -96,3 +96,16 @@ def test_legacy_call_stacks_name_the_syncs_of_resnet50(field: Path) -> None:
     assert not any("no python stack" in t or "ProfilerStep" in t for t in titles)
     pageable = [f for f in a.findings if f.rule == "false_sync_pageable_copy"]
     assert len(pageable) == 1 and pageable[0].count == len(a.syncs)
+
+
+def test_two_runs_of_one_worker_are_not_two_ranks(field: Path, tmp_path: Path) -> None:
+    # GIVEN a folder holding two traces without distributedInfo (links to the field traces)
+    for name in ("tracelens_mi210_gpu_only.pt.trace.json.gz", MTIA):
+        (tmp_path / name).symlink_to(field / name)
+    # WHEN it is loaded
+    traces = load(tmp_path, use_cache=False)
+    # THEN the first is analysed as the only "rank", and a note says the other is a separate run
+    assert traces.ranks == [0]
+    assert Path(traces.models[0].path).name == MTIA
+    (note,) = traces.notes
+    assert "separate run, not ranks" in note and "tracelens_mi210_gpu_only" in note
