@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from analyzer.counters import CounterBuilder
 from analyzer.errors import TraceError
 from analyzer.links import resolve_links
 from analyzer.model import (
@@ -47,8 +48,9 @@ from analyzer.names import (
 )
 from analyzer.raw import EMPTY_ARGS, Batch, Document, RawArgs, RawEvent, paused_gc
 
-# event phases as small codes: 0 unknown, 1 complete ("X"), 2 instant, 3 flow, 4 metadata
-_PHASE = {"X": 1, "i": 2, "I": 2, "s": 3, "f": 3, "t": 3, "M": 4}
+# event phases as small codes: 0 unknown, 1 complete ("X"), 2 instant, 3 flow, 4 metadata, 5 counter
+# (counter values are read from the batch's ``counters``, see ``analyzer.counters``)
+_PHASE = {"X": 1, "i": 2, "I": 2, "s": 3, "f": 3, "t": 3, "M": 4, "C": 5}
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 #: device events linked to the host call that issued them
 _LINKED_KINDS = (*ACTIVITY_KINDS, EventKind.SYNC)
@@ -122,6 +124,7 @@ def _build(doc: Document, path: str, fmt: str, progress: Callable[[str], None]) 
     unpaired = _apply_launch_flows(cols, acc.flows())
     _select(cols, np.lexsort((-cols["dur"], cols["ts"])))
     lanes = _assign_lanes(cols, acc.meta, acc.raw.values())
+    counters = acc.counters.build({lane.device for lane in lanes if lane.on_device})
     table = resolve_links(cols)
     string_table = tuple(str(s) for s in acc.strings.values())
     unlinked = int(np.count_nonzero(table.activity_mask() & (table.launch < 0)))
@@ -146,7 +149,9 @@ def _build(doc: Document, path: str, fmt: str, progress: Callable[[str], None]) 
             unpaired_flows=unpaired,
             unlinked_device_events=unlinked,
             notes=notes,
+            counter_samples=len(counters),
         ),
+        counters=counters,
     )
 
 
@@ -200,10 +205,12 @@ class _Accumulator:
         self.unknown_phases: Counter[str] = Counter()
         self.timed_seen = 0
         self.memory_peaks: dict[int, tuple[int, int]] = {}  # device -> (reserved, allocated) peaks
+        self.counters = CounterBuilder()
         self._kinds: npt.NDArray[np.int8] = np.zeros(0, dtype=np.int8)
 
     def add(self, batch: Batch) -> None:
         self.skipped.update(batch.skipped)
+        self.counters.add(batch.counters)
         events = batch.events
         if not events:
             return

@@ -24,9 +24,19 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analyzer.model import Device, EventTable, Lane, LaneKind, LoadReport, Step, TraceModel
+from analyzer.model import (
+    Counters,
+    Device,
+    EventTable,
+    Lane,
+    LaneKind,
+    LoadReport,
+    Series,
+    Step,
+    TraceModel,
+)
 
-CACHE_VERSION = 7  # bump whenever the model or the loader changes what it builds
+CACHE_VERSION = 8  # bump whenever the model or the loader changes what it builds
 
 
 def cache_root() -> Path:
@@ -181,6 +191,12 @@ def _meta_of(model: TraceModel) -> dict[str, Any]:
         "display_time_unit": model.display_time_unit,
         "base_time_ns": model.base_time_ns,
         "report": asdict(model.report),
+        "counters": {  # small: counters are few next to events (model.json stays a few MB at most)
+            "series": [asdict(s) for s in model.counters.series],
+            "sample_series": model.counters.sample_series.tolist(),
+            "ts": model.counters.ts.tolist(),
+            "value": model.counters.value.tolist(),
+        },
     }
 
 
@@ -225,4 +241,14 @@ def _model_from(meta: dict[str, Any], table: pa.Table, path: str) -> TraceModel:
         display_time_unit=meta["display_time_unit"],
         base_time_ns=meta["base_time_ns"],
         report=LoadReport(**report),
+        counters=_counters_from(meta["counters"]),
+    )
+
+
+def _counters_from(meta: dict[str, Any]) -> Counters:
+    return Counters(
+        tuple(Series(**s) for s in meta["series"]),
+        np.array(meta["sample_series"], dtype=np.int32),
+        np.array(meta["ts"], dtype=np.float64),
+        np.array(meta["value"], dtype=np.float64),
     )

@@ -131,6 +131,35 @@ class EventTable:
 
 
 @dataclass(frozen=True)
+class Series:
+    """One counter series: Chrome counter events (``ph: "C"``, one series per key of their ``args``) or
+    the metrics a profiler range carries (CUPTI range-profiler mode)."""
+
+    name: str  # "GPU memory.allocated", "smsp__inst_executed.sum" (raw trace text)
+    unit: str | None  # when the trace says it ("bytes"...), else None
+    pid: str  # the process the samples were written under, as text
+    device: int  # the device they belong to, -1 for the host or unknown
+
+
+@dataclass(frozen=True)
+class Counters:
+    """Counter samples, columnar and sorted by (series, ts): ``series`` indexes ``Counters.series``."""
+
+    series: tuple[Series, ...] = ()
+    sample_series: I32 = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
+    ts: F64 = field(default_factory=lambda: np.zeros(0, dtype=np.float64))
+    value: F64 = field(default_factory=lambda: np.zeros(0, dtype=np.float64))
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    def of(self, series: int) -> tuple[F64, F64]:
+        """(ts, value) of one series, in time order."""
+        lo, hi = np.searchsorted(self.sample_series, [series, series + 1])
+        return self.ts[lo:hi], self.value[lo:hi]
+
+
+@dataclass(frozen=True)
 class LoadReport:
     """What the loader could not use or did not recognise. Nothing is dropped silently."""
 
@@ -141,6 +170,7 @@ class LoadReport:
     unpaired_flows: int = 0  # flow ends with no partner (ignored)
     unlinked_device_events: int = 0  # device activity whose launch call is not in the trace
     notes: tuple[str, ...] = ()
+    counter_samples: int = 0  # counter values kept (``TraceModel.counters``), one per series and time
 
     @property
     def skipped_total(self) -> int:
@@ -161,6 +191,7 @@ class TraceModel:
     display_time_unit: str | None
     base_time_ns: int | None
     report: LoadReport
+    counters: Counters = field(default_factory=Counters)
 
     def string(self, index: int) -> str:
         return self.strings[index] if index >= 0 else ""

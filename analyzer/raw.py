@@ -70,10 +70,15 @@ class _Doc(msgspec.Struct, gc=False):
     baseTimeNanoseconds: int | None = None
 
 
+#: one counter event: (name, pid as text, ts, {series key: value}, from a profiler range)
+CounterSample = tuple[str, str, float, dict[str, float], bool]
+
+
 @dataclass
 class Batch:
     events: list[RawEvent]
     skipped: Counter[str] = field(default_factory=Counter)
+    counters: list[CounterSample] = field(default_factory=list)
 
 
 @dataclass
@@ -188,12 +193,84 @@ def _batches(raws: list[msgspec.Raw]) -> Iterator[Batch]:
         chunk = raws[start : start + BATCH]
         buf = b"[" + b",".join(chunk) + b"]"
         try:
-            yield Batch(_BATCH_DECODER.decode(buf))
+            batch = Batch(_BATCH_DECODER.decode(buf))
         except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError):
             # each slice is well-formed JSON (the split checked it): the trouble is inside one event
             # (wrong type, bad UTF-8, number out of range). One by one: only the bad event is skipped.
-            yield _convert_each(chunk)
+            batch = _convert_each(chunk)
+        if might_hold_counters(buf):
+            batch.counters = counter_samples(buf)
+        yield batch
     raws.clear()  # release the slices (and with them the document's bytes) as soon as possible
+
+
+class _Probe(msgspec.Struct, gc=False):
+    """Just enough of an event to find counters; ``args`` stays undecoded until it is one."""
+
+    ph: Any = ""
+    cat: Any = ""
+    name: Any = ""
+    pid: Any = -1
+    ts: Any = None
+    args: msgspec.Raw = msgspec.Raw(b"null")
+
+
+_PROBE_DECODER = msgspec.json.Decoder(list[_Probe])
+_RANGE_MARK = b"_profiler_range"
+
+
+def might_hold_counters(buf: bytes | bytearray, end: int | None = None) -> bool:
+    """A cheap byte scan: could this slice of JSON hold a counter event (``"ph": "C"``) or a profiler
+    range? Most traces have neither, and then nothing more is decoded."""
+    stop = len(buf) if end is None else end
+    return buf.find(b'"C"', 0, stop) >= 0 or buf.find(_RANGE_MARK, 0, stop) >= 0
+
+
+def counter_samples(text: bytes | memoryview) -> list[CounterSample]:
+    """The counter samples of a JSON list of events: ``ph: "C"`` events (one series per numeric key of
+    their ``args``) and profiler ranges (``*_profiler_range``: the metrics of one kernel). Events that do
+    not decode are left to the typed decoder, which counts them."""
+    try:
+        probes = _PROBE_DECODER.decode(text)
+    except (msgspec.MsgspecError, UnicodeDecodeError):
+        return []
+    out: list[CounterSample] = []
+    for p in probes:
+        is_range = p.ph == "X" and isinstance(p.cat, str) and p.cat.lower().endswith("_profiler_range")
+        if p.ph == "C" or is_range:
+            try:
+                args = msgspec.json.decode(p.args)
+            except (msgspec.MsgspecError, UnicodeDecodeError):
+                continue
+            sample = counter_sample(p.name, p.pid, p.ts, args, is_range)
+            if sample is not None:
+                out.append(sample)
+    return out
+
+
+def counter_sample(name: Any, pid: Any, ts: Any, args: Any, is_range: bool) -> CounterSample | None:
+    """One event's counter values (numbers only; booleans and text are not counters), or None."""
+    if not isinstance(args, dict) or type(ts) not in (int, float) or not isinstance(name, str):
+        return None
+    values = {str(k): float(v) for k, v in args.items() if type(v) in (int, float) and abs(v) < 2.0**63}
+    if not values:
+        return None
+    return name, str(pid), float(ts), values, is_range
+
+
+def counters_of_items(items: list[Any]) -> list[CounterSample]:
+    """``counter_samples`` for events already decoded as Python objects (the lenient and tail paths)."""
+    out: list[CounterSample] = []
+    for e in items:
+        if not isinstance(e, dict):
+            continue
+        cat = e.get("cat")
+        is_range = e.get("ph") == "X" and isinstance(cat, str) and cat.lower().endswith("_profiler_range")
+        if e.get("ph") == "C" or is_range:
+            sample = counter_sample(e.get("name"), e.get("pid"), e.get("ts"), e.get("args"), is_range)
+            if sample is not None:
+                out.append(sample)
+    return out
 
 
 def _convert_each(items: list[Any]) -> Batch:
@@ -250,8 +327,10 @@ def _decode_lenient(data: bytes, path: str) -> Document:
     dist = top.get("distributedInfo")
     unit = top.get("displayTimeUnit")
     base = top.get("baseTimeNanoseconds")
+    batch = _convert_each(items)
+    batch.counters = counters_of_items(items)
     return Document(
-        iter([_convert_each(items)]),
+        iter([batch]),
         len(items),
         [p for p in props if isinstance(p, dict)] if isinstance(props, list) else [],
         dist if isinstance(dist, dict) else {},

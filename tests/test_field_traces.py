@@ -19,6 +19,8 @@ import pytest
 from analyzer.analysis import Analysis, analyze
 from analyzer.loader import load
 from analyzer.names import ApiKind, EventKind
+from analyzer.output import to_json
+from dashboard.timeline import extract
 
 pytestmark = pytest.mark.shared
 
@@ -109,3 +111,23 @@ def test_two_runs_of_one_worker_are_not_two_ranks(field: Path, tmp_path: Path) -
     assert Path(traces.models[0].path).name == MTIA
     (note,) = traces.notes
     assert "separate run, not ranks" in note and "tracelens_mi210_gpu_only" in note
+
+
+def test_range_profiler_counters_are_kept_exported_and_drawn(field: Path) -> None:
+    path = field / RANGES
+    ranges = [e for e in raw_events(path) if e.get("cat") == "cuda_profiler_range"]
+    metrics = sorted({k for e in ranges for k in e["args"]})
+    a = analysed(path)
+    c = a.model.counters
+    # THEN every metric of every range is a sample, one series per metric, on GPU 0
+    assert sorted(s.name for s in c.series) == metrics
+    assert a.model.report.counter_samples == sum(len(e["args"]) for e in ranges)
+    assert {s.device for s in c.series} == {0}
+    doc = to_json(a)
+    ffma = next(s for s in doc["counters"] if s["name"].endswith("ffma_pred_on.sum"))
+    assert ffma["samples"] == 77
+    assert ffma["value"] == [float(e["args"][ffma["name"]]) for e in sorted(ranges, key=lambda e: e["ts"])]
+    # AND the timeline shows the series that are not zero throughout
+    sl = extract(a.model, a, a.window.start_us, a.window.end_us)
+    nonzero = {k for k in metrics if any(e["args"][k] for e in ranges)}
+    assert {r.label for r in sl.counters} == nonzero

@@ -279,10 +279,12 @@ def test_unknown_categories_and_phases_are_kept_or_counted(write_trace: WriteTra
     ]
     # WHEN loaded (not an error)
     m = load_one(write_trace(document(events)))
-    # THEN unknown-category events are kept as OTHER and counted; unknown phases are counted, not kept
+    # THEN unknown-category events are kept as OTHER and counted; unknown phases are counted, not kept;
+    # counters ("C") are kept as counters (tests/test_counters.py), not as events
     assert m.event_count == 3
     assert m.report.unknown_categories == {"my_vendor_cat": 2}
-    assert m.report.unknown_phases == {"C": 2, "b": 1}
+    assert m.report.unknown_phases == {"b": 1}
+    assert m.report.counter_samples == 2 and m.counters.of(0)[1].tolist() == [1.0, 2.0]
     assert m.events.kind[index_of(m, "vendor thing")] == EventKind.OTHER
     # ... known non-launch flows (fwdbwd) are neither unknown nor unpaired
     assert m.report.unpaired_flows == 0
