@@ -460,6 +460,7 @@ def _assign_lanes(cols: dict[str, Any], meta: list[RawEvent], raw_values: list[A
     unique_keys, inverse = np.unique(key, return_inverse=True)
     cols["lane"] = inverse.reshape(-1).astype(np.int32)
     names = _thread_names(meta)
+    accelerators = _accelerator_labels(meta)
     not_work = np.isin(kind, [EventKind.INSTANT, EventKind.TRACE_SPAN, EventKind.OVERHEAD])
     has_work = np.bincount(cols["lane"][~not_work], minlength=len(unique_keys)) > 0
     lanes = []
@@ -469,7 +470,8 @@ def _assign_lanes(cols: dict[str, Any], meta: list[RawEvent], raw_values: list[A
         first, second = int(a_values[first_code]), int(b_values[second_code])
         if dev_flag:
             lane_kind = LaneKind.STREAM if second >= 0 else LaneKind.DEVICE
-            lanes.append(Lane(lane_id, lane_kind, str(first), str(second), first, second, ""))
+            label = accelerators.get(first, "")
+            lanes.append(Lane(lane_id, lane_kind, str(first), str(second), first, second, label))
         else:
             pid, tid = raw_values[first], raw_values[second]
             name = names.get((pid, tid), "")
@@ -484,6 +486,19 @@ def _thread_names(meta: list[RawEvent]) -> dict[tuple[Any, Any], str]:
         if m.name == "thread_name" and m.args is not None and isinstance(m.args.name, str):
             names[(m.pid, m.tid)] = m.args.name.strip()
     return names
+
+
+def _accelerator_labels(meta: list[RawEvent]) -> dict[int, str]:
+    """Device index -> its process label when that names an accelerator other than a GPU ("MTIA 17"):
+    Kineto labels a device's process with its kind and index."""
+    labels: dict[int, str] = {}
+    for m in meta:
+        if m.name != "process_labels" or m.args is None or not isinstance(m.args.labels, str):
+            continue
+        kind, _, index = m.args.labels.strip().partition(" ")
+        if index.isdigit() and kind.isalpha() and kind.upper() not in ("GPU", "CPU"):
+            labels[int(index)] = f"{kind} {index}"
+    return labels
 
 
 def _devices(

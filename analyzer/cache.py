@@ -36,7 +36,7 @@ from analyzer.model import (
     TraceModel,
 )
 
-CACHE_VERSION = 8  # bump whenever the model or the loader changes what it builds
+CACHE_VERSION = 9  # bump whenever the model or the loader changes what it builds
 
 
 def cache_root() -> Path:

@@ -40,7 +40,8 @@ class Lane:
     tid: str
     device: int  # device index for device lanes, -1 on the host
     stream: int  # stream id for stream lanes, -1 otherwise
-    name: str  # thread name from metadata ("thread 1102 (pt_main_thread)", "stream 7")
+    name: str  # host: thread name from metadata ("thread 1102 (pt_main_thread)"); device: its process
+    # label when it names another accelerator ("MTIA 17"), else ""
 
     @property
     def on_device(self) -> bool:
@@ -50,11 +51,12 @@ class Lane:
     def label(self) -> str:
         if self.kind == LaneKind.HOST:
             return self.name or f"thread {self.tid}"
+        device = self.name if self.on_device and self.name else f"GPU {self.device}"
         if self.kind == LaneKind.STREAM:
-            return f"GPU {self.device} stream {self.stream}"
+            return f"{device} stream {self.stream}"
         if self.kind == LaneKind.META:
             return f"profiler {self.pid}/{self.tid}"
-        return f"GPU {self.device} (device-wide)"
+        return f"{device} (device-wide)"
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,7 @@ def mtia_doc() -> dict[str, object]:
             "dur": 1,
             "args": {"correlation": 3, "device": MTIA, "stream_id": "5"},
         },
+        {"ph": "M", "name": "process_labels", "pid": MTIA, "tid": 0, "args": {"labels": "MTIA 17"}},
     ]
     return document(events, deviceProperties=[{"id": MTIA, "name": "ARTEMIS"}])
 
@@ -109,6 +110,7 @@ def test_mtia_activity_is_device_work_linked_to_its_runtime_calls(write_trace: W
     merge, dma, sync_record = names.index("merge"), names.index("dma_request"), names.index("synchronize")
     lanes = {(m.lanes[int(ev.lane[i])].kind, m.lanes[int(ev.lane[i])].device) for i in (merge, dma)}
     assert lanes == {(LaneKind.STREAM, MTIA)}
+    assert m.lanes[int(ev.lane[merge])].label == "MTIA 17 stream 5"  # the device's own label, not "GPU"
     assert names[int(ev.launch[merge])] == "runFunction - job_prep_and_submit_for_execution"
     assert names[int(ev.launch[dma])] == "enqueueCommand memcpyDtoHAsync"
     assert names[int(ev.launch[sync_record])] == "synchronizeStream"
