@@ -199,7 +199,7 @@ def _batches(raws: list[msgspec.Raw]) -> Iterator[Batch]:
             # (wrong type, bad UTF-8, number out of range). One by one: only the bad event is skipped.
             batch = _convert_each(chunk)
         if might_hold_counters(buf):
-            batch.counters = counter_samples(buf)
+            batch.counters = counter_samples(buf, batch.skipped)
         yield batch
     raws.clear()  # release the slices (and with them the document's bytes) as soon as possible
 
@@ -226,10 +226,11 @@ def might_hold_counters(buf: bytes | bytearray, end: int | None = None) -> bool:
     return buf.find(b'"C"', 0, stop) >= 0 or buf.find(_RANGE_MARK, 0, stop) >= 0
 
 
-def counter_samples(text: bytes | memoryview) -> list[CounterSample]:
+def counter_samples(text: bytes | memoryview, skipped: Counter[str]) -> list[CounterSample]:
     """The counter samples of a JSON list of events: ``ph: "C"`` events (one series per numeric key of
-    their ``args``) and profiler ranges (``*_profiler_range``: the metrics of one kernel). Events that do
-    not decode are left to the typed decoder, which counts them."""
+    their ``args``) and profiler ranges (``*_profiler_range``: the metrics of one kernel). Counter events
+    without a usable time or value are counted in ``skipped``; a list that does not decode is left to the
+    typed decoder, which counts its events."""
     try:
         probes = _PROBE_DECODER.decode(text)
     except (msgspec.MsgspecError, UnicodeDecodeError):
@@ -241,11 +242,18 @@ def counter_samples(text: bytes | memoryview) -> list[CounterSample]:
             try:
                 args = msgspec.json.decode(p.args)
             except (msgspec.MsgspecError, UnicodeDecodeError):
-                continue
-            sample = counter_sample(p.name, p.pid, p.ts, args, is_range)
-            if sample is not None:
-                out.append(sample)
+                args = None
+            _keep(counter_sample(p.name, p.pid, p.ts, args, is_range), p.ph == "C", out, skipped)
     return out
+
+
+def _keep(
+    sample: CounterSample | None, counter: bool, out: list[CounterSample], skipped: Counter[str]
+) -> None:
+    if sample is not None:
+        out.append(sample)
+    elif counter:  # a range without metrics is still a range (a kernel); a counter without values is lost
+        skipped["counter event without a numeric time and value"] += 1
 
 
 def counter_sample(name: Any, pid: Any, ts: Any, args: Any, is_range: bool) -> CounterSample | None:
@@ -258,7 +266,7 @@ def counter_sample(name: Any, pid: Any, ts: Any, args: Any, is_range: bool) -> C
     return name, str(pid), float(ts), values, is_range
 
 
-def counters_of_items(items: list[Any]) -> list[CounterSample]:
+def counters_of_items(items: list[Any], skipped: Counter[str]) -> list[CounterSample]:
     """``counter_samples`` for events already decoded as Python objects (the lenient and tail paths)."""
     out: list[CounterSample] = []
     for e in items:
@@ -268,8 +276,7 @@ def counters_of_items(items: list[Any]) -> list[CounterSample]:
         is_range = e.get("ph") == "X" and isinstance(cat, str) and cat.lower().endswith("_profiler_range")
         if e.get("ph") == "C" or is_range:
             sample = counter_sample(e.get("name"), e.get("pid"), e.get("ts"), e.get("args"), is_range)
-            if sample is not None:
-                out.append(sample)
+            _keep(sample, e.get("ph") == "C", out, skipped)
     return out
 
 
@@ -328,7 +335,7 @@ def _decode_lenient(data: bytes, path: str) -> Document:
     unit = top.get("displayTimeUnit")
     base = top.get("baseTimeNanoseconds")
     batch = _convert_each(items)
-    batch.counters = counters_of_items(items)
+    batch.counters = counters_of_items(items, batch.skipped)
     return Document(
         iter([batch]),
         len(items),

@@ -123,7 +123,7 @@ def _decode_prefix(pending: bytearray, cut: int, doc: Document) -> Batch:
     with memoryview(pending) as view:
         batch = _decode(view[: cut + 2], doc)
         if might_hold_counters(pending, cut + 2):
-            batch.counters = counter_samples(view[: cut + 2])
+            batch.counters = counter_samples(view[: cut + 2], batch.skipped)
     pending[comma] = ord("[")
     del pending[:comma]
     return batch
@@ -157,7 +157,9 @@ def _finish(pending: bytes, doc: Document) -> tuple[list[Batch], bytes]:
     except msgspec.ValidationError as exc:
         raise NotStreamable(str(exc)) from None
     doc.size += len(last)
-    out.append(Batch(last, counters=counters_of_items(events)))
+    tail = Batch(last)
+    tail.counters = counters_of_items(events, tail.skipped)
+    out.append(tail)
     return out, text[end:].encode()
 
 

@@ -8,8 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from _kineto import Event, WriteTrace, document, launch_pair
 
+import analyzer.loader
+import analyzer.raw
+import analyzer.stream
 from analyzer import counters as counters_module
 from analyzer.analysis import analyze
 from analyzer.counters import decimate, series_of
@@ -64,6 +68,35 @@ def test_counter_events_are_kept_one_series_per_key(write_trace: WriteTrace) -> 
     assert m.report.counter_samples == len(c) == 12
     assert m.report.unknown_phases == {}
     assert m.event_count == 12  # 4 x (op, launch, kernel)
+    # AND the counter event without a number is counted as skipped, not lost silently
+    assert m.report.skipped == {"counter event without a numeric time and value": 1}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_counters_of_every_batch_are_read_streamed_or_whole(
+    write_trace: WriteTrace, monkeypatch: pytest.MonkeyPatch, stream: bool
+) -> None:
+    # GIVEN 2,000 counter samples between 600 events, cut into many batches
+    monkeypatch.setattr(analyzer.stream, "_BLOCK", 10_000)
+    monkeypatch.setattr(analyzer.stream, "BATCH_BYTES", 30_000)
+    monkeypatch.setattr(analyzer.raw, "BATCH", 100)
+    monkeypatch.setattr(analyzer.loader, "_STREAM_MIN_BYTES", 0 if stream else 1 << 40)
+    calls: list[int] = []
+    module = analyzer.stream if stream else analyzer.raw
+    real = module.counter_samples
+    monkeypatch.setattr(module, "counter_samples", lambda *a: calls.append(1) or real(*a))
+    events: list[Event] = []
+    for i in range(200):
+        events += launch_pair(100.0 * i, 10 + i, 100.0 * i + 30, 40, ext=i + 1)
+        events += [counter("queue", 100.0 * i + k, depth=float(i * 10 + k)) for k in range(10)]
+    events.append(counter("queue", 1e6, depth=-1.0))  # the very last event (the stream's tail path)
+    m = loaded(write_trace, document(events), use_cache=False)
+    # THEN every sample is there, in time order
+    ts, value = m.counters.of(0)
+    assert len(ts) == m.report.counter_samples == 2001
+    assert value[:-1].tolist() == [float(v) for v in range(2000)] and value[-1] == -1.0
+    assert np.all(np.diff(ts) > 0)
+    assert len(calls) > 5  # read batch by batch, on the path under test
 
 
 def test_counters_survive_the_cache(write_trace: WriteTrace) -> None:
