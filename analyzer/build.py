@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from analyzer.accelerators import accelerator_labels, device_side_calls, format_notes, refine_commands
 from analyzer.counters import CounterBuilder
 from analyzer.errors import TraceError
 from analyzer.links import resolve_links
@@ -41,10 +42,7 @@ from analyzer.names import (
     ApiKind,
     EventKind,
     api_kind,
-    command_kind,
     event_kind,
-    is_command_category,
-    is_range_category,
 )
 from analyzer.raw import EMPTY_ARGS, Batch, Document, RawArgs, RawEvent, paused_gc
 
@@ -120,7 +118,7 @@ def _build(doc: Document, path: str, fmt: str, progress: Callable[[str], None]) 
     if not keep.all():
         _select(cols, keep)
     unknown_categories = _unknown_categories(cols, acc.strings)
-    notes = _format_notes(cols, acc.strings)
+    notes = format_notes(cols, acc.strings.values())
     unpaired = _apply_launch_flows(cols, acc.flows())
     _select(cols, np.lexsort((-cols["dur"], cols["ts"])))
     lanes = _assign_lanes(cols, acc.meta, acc.raw.values())
@@ -355,8 +353,8 @@ class _Accumulator:
         values = self.strings.values()
         api_of = np.array([api_kind(v) if isinstance(v, str) else 0 for v in values], dtype=np.int8)
         kind = self.kind_of(cols["cat"])
-        _refine_commands(kind, cols, values)
-        _device_side_calls(kind, cols["pid"])
+        refine_commands(kind, cols, values)
+        device_side_calls(kind, cols["pid"])
         kind[instant] = EventKind.INSTANT
         host = ~np.isin(kind, list(DEVICE_KINDS))
         for column in ("stream", "device", "bytes", "wait_stream", "wait_corr"):  # of device events only
@@ -368,41 +366,6 @@ class _Accumulator:
         cols["cat"] = cols["cat"].astype(np.int32)
         cols["stack"] = cols["stack"].astype(np.int32)
         return cols, ~(bad_ts | bad_dur | negative | out_of_range)
-
-
-def _refine_commands(kind: npt.NDArray[np.int8], cols: dict[str, Any], values: list[Any]) -> None:
-    """Device command categories (``mtia_ccp_events``): the event name says copy, wait or execution."""
-    is_command = np.array([isinstance(v, str) and is_command_category(v) for v in values], dtype=np.bool_)
-    selected = is_command[cols["cat"]]
-    if not selected.any():
-        return
-    names = cols["name"][selected]
-    by_name = {int(c): int(command_kind(str(values[c]))) for c in np.unique(names).tolist()}
-    kind[selected] = np.fromiter(map(by_name.__getitem__, names.tolist()), dtype=np.int8, count=len(names))
-
-
-def _device_side_calls(kind: npt.NDArray[np.int8], pid: I64) -> None:
-    """Runtime records written on a device's own process (MTIA writes the device side of each
-    ``synchronize`` there, with the host call's correlation) are device sync records, not host calls."""
-    is_api = np.isin(kind, list(API_KINDS))
-    if not is_api.any():
-        return
-    device_pids = np.unique(pid[np.isin(kind, list(ACTIVITY_KINDS))])
-    kind[is_api & np.isin(pid, device_pids)] = EventKind.SYNC
-
-
-def _format_notes(cols: dict[str, Any], strings: _Interner) -> tuple[str, ...]:
-    """What the reader of the analysis must know about how this trace's device time was recorded."""
-    values = strings.values()
-    present = np.unique(cols["cat"]).tolist()
-    ranges = [str(values[c]) for c in present if isinstance(values[c], str) and is_range_category(values[c])]
-    if not ranges:
-        return ()
-    return (
-        f"device time comes from {', '.join(ranges)} events (CUPTI range-profiler mode): one range per "
-        "kernel, placed by the profiler rather than timed, so idle gaps and waits against them are "
-        "approximate",
-    )
 
 
 def _unknown_categories(cols: dict[str, Any], strings: _Interner) -> dict[str, int]:
@@ -460,7 +423,7 @@ def _assign_lanes(cols: dict[str, Any], meta: list[RawEvent], raw_values: list[A
     unique_keys, inverse = np.unique(key, return_inverse=True)
     cols["lane"] = inverse.reshape(-1).astype(np.int32)
     names = _thread_names(meta)
-    accelerators = _accelerator_labels(meta)
+    accelerators = accelerator_labels(meta)
     not_work = np.isin(kind, [EventKind.INSTANT, EventKind.TRACE_SPAN, EventKind.OVERHEAD])
     has_work = np.bincount(cols["lane"][~not_work], minlength=len(unique_keys)) > 0
     lanes = []
@@ -486,19 +449,6 @@ def _thread_names(meta: list[RawEvent]) -> dict[tuple[Any, Any], str]:
         if m.name == "thread_name" and m.args is not None and isinstance(m.args.name, str):
             names[(m.pid, m.tid)] = m.args.name.strip()
     return names
-
-
-def _accelerator_labels(meta: list[RawEvent]) -> dict[int, str]:
-    """Device index -> its process label when that names an accelerator other than a GPU ("MTIA 17"):
-    Kineto labels a device's process with its kind and index."""
-    labels: dict[int, str] = {}
-    for m in meta:
-        if m.name != "process_labels" or m.args is None or not isinstance(m.args.labels, str):
-            continue
-        kind, _, index = m.args.labels.strip().partition(" ")
-        if index.isdigit() and kind.isalpha() and kind.upper() not in ("GPU", "CPU"):
-            labels[int(index)] = f"{kind} {index}"
-    return labels
 
 
 def _devices(
