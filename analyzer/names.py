@@ -183,16 +183,19 @@ def api_kind(name: str) -> ApiKind:
 def _other_api(name: str) -> ApiKind:
     """Runtime calls of other accelerators, by the words in their name (MTIA ``synchronizeStream``,
     ``recordEvent``, ``enqueueCommand memcpyHtoDAsync``, ``enqueueCommand waitOnEvent``,
-    ``runFunction - job_prep_and_submit_for_execution``). Names that say none of these are ``NONE``."""
+    ``runFunction - job_prep_and_submit_for_execution``; XPU ``urEnqueueKernelLaunch``, ``urEventWait``,
+    ``urQueueFinish``). A wait on an event is the device's when it is enqueued (or on a stream), else the
+    host's. Names that say none of these are ``NONE``."""
     lower = name.lower()
-    if "synchroniz" in lower:
-        if "stream" in lower:
+    if "synchroniz" in lower or "finish" in lower:
+        if "stream" in lower or "queue" in lower:
             return ApiKind.SYNC_STREAM
         return ApiKind.SYNC_EVENT if "event" in lower else ApiKind.SYNC_DEVICE
     if "event" in lower and "record" in lower:
         return ApiKind.EVENT_RECORD
     if "event" in lower and "wait" in lower:
-        return ApiKind.STREAM_WAIT
+        queued = "enqueue" in lower or "stream" in lower
+        return ApiKind.STREAM_WAIT if queued else ApiKind.SYNC_EVENT
     if "query" in lower:
         return ApiKind.QUERY
     if "memcpy" in lower:

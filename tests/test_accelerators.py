@@ -87,6 +87,10 @@ def test_other_runtimes_calls_are_classified_by_name() -> None:
     assert api_kind("enqueueCommand waitOnEvent") == ApiKind.STREAM_WAIT
     assert api_kind("enqueueCommand memcpyHtoDAsync") == ApiKind.MEMCPY
     assert api_kind("runFunction - job_prep_and_submit_for_execution") == ApiKind.LAUNCH
+    assert api_kind("urEnqueueKernelLaunch") == ApiKind.LAUNCH
+    assert api_kind("urEventWait") == ApiKind.SYNC_EVENT  # the host waits
+    assert api_kind("urEnqueueEventsWait") == ApiKind.STREAM_WAIT  # the queue waits
+    assert api_kind("urQueueFinish") == ApiKind.SYNC_STREAM
     assert api_kind("predictor_executor::run") == ApiKind.NONE
     assert api_kind("cudaStreamIsCapturing") == ApiKind.NONE  # CUDA names keep their own rules
 
