@@ -44,7 +44,11 @@ def device_side_calls(kind: npt.NDArray[np.int8], pid: I64) -> None:
     if not is_api.any():
         return
     device_pids = np.unique(pid[np.isin(kind, list(ACTIVITY_KINDS))])
-    kind[is_api & np.isin(pid, device_pids)] = EventKind.SYNC
+    # only processes that hold nothing but device work: a trace writing kernels under the host's own pid
+    # keeps its runtime calls as calls
+    host_pids = np.unique(pid[np.isin(kind, [EventKind.CPU_OP, EventKind.ANNOTATION, EventKind.PYTHON])])
+    device_only = np.setdiff1d(device_pids, host_pids)
+    kind[is_api & np.isin(pid, device_only)] = EventKind.SYNC
 
 
 def format_notes(cols: dict[str, Any], values: list[Any]) -> tuple[str, ...]:

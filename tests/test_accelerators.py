@@ -158,3 +158,27 @@ def test_range_profiler_ranges_are_device_time(write_trace: WriteTrace) -> None:
     assert a.summary.device_busy_us == 100.0
     assert [d.id for d in a.devices] == [0]
     assert HOST in {int(lane.pid) for lane in m.lanes if lane.kind == LaneKind.HOST}
+
+
+def test_runtime_calls_stay_calls_when_kernels_share_the_host_pid(write_trace: WriteTrace) -> None:
+    # GIVEN a trace that writes its kernels under the host's own pid (stream as tid)
+    events: list[Event] = [
+        span("cpu_op", "aten::add", 0, 20),
+        span("cuda_runtime", "cudaLaunchKernel", 5, 8, correlation=1),
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "add_kernel",
+            "pid": HOST,
+            "tid": 7,
+            "ts": 30,
+            "dur": 5,
+            "args": {"device": 0, "stream": 7, "correlation": 1},
+        },
+    ]
+    m = load_one(write_trace(document(events)))
+    # THEN the launch is still a host API call that launched the kernel
+    names = [m.name_of(i) for i in range(m.event_count)]
+    launch, kern = names.index("cudaLaunchKernel"), names.index("add_kernel")
+    assert m.events.kind[launch] == EventKind.RUNTIME
+    assert int(m.events.launch[kern]) == launch
