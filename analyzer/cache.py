@@ -224,7 +224,14 @@ def _numpy(column: pa.ChunkedArray) -> npt.NDArray[Any]:
 
 
 def _model_from(meta: dict[str, Any], table: pa.Table, path: str) -> TraceModel:
-    events = EventTable(**{f.name: _numpy(table.column(f.name)) for f in fields(EventTable)})
+    columns = {
+        f.name: _numpy(table.column(f.name))
+        for f in fields(EventTable)
+        if f.name not in _ADDED_COLUMNS or f.name in table.column_names
+    }
+    for name, dtype in _ADDED_COLUMNS.items():  # a model stored before the column existed (dashboard store)
+        columns.setdefault(name, np.full(table.num_rows, -1, dtype=dtype))
+    events = EventTable(**columns)
     report = dict(meta["report"])
     report["notes"] = tuple(report.get("notes", ()))
     report["unknown_keys"] = tuple(report.get("unknown_keys", ()))
@@ -241,11 +248,17 @@ def _model_from(meta: dict[str, Any], table: pa.Table, path: str) -> TraceModel:
         display_time_unit=meta["display_time_unit"],
         base_time_ns=meta["base_time_ns"],
         report=LoadReport(**report),
-        counters=_counters_from(meta["counters"]),
+        counters=_counters_from(meta.get("counters")),
     )
 
 
-def _counters_from(meta: dict[str, Any]) -> Counters:
+#: event columns added after the first stored models: absent from those, they read as "none" (-1)
+_ADDED_COLUMNS = {"stack": np.int32}
+
+
+def _counters_from(meta: dict[str, Any] | None) -> Counters:
+    if meta is None:  # stored before counters were kept
+        return Counters()
     return Counters(
         tuple(Series(**s) for s in meta["series"]),
         np.array(meta["sample_series"], dtype=np.int32),

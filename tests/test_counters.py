@@ -8,12 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 from _kineto import Event, WriteTrace, document, launch_pair
 
 import analyzer.loader
 import analyzer.raw
 import analyzer.stream
+from analyzer import cache
 from analyzer import counters as counters_module
 from analyzer.analysis import analyze
 from analyzer.counters import decimate, series_of
@@ -158,3 +160,24 @@ def test_timeline_draws_counter_rows_and_the_report_escapes_their_names(
     # AND in the HTML report the hostile series name is text, never markup
     html_text = render(a)
     assert HOSTILE not in html_text
+
+
+def test_a_model_stored_before_counters_and_stacks_still_reads(
+    write_trace: WriteTrace, tmp_path: Path
+) -> None:
+    # GIVEN a model written the current way, then stripped to the earlier layout (a dashboard store's entry)
+    m = loaded(write_trace, counters_doc(), use_cache=False)
+    folder = tmp_path / "stored"
+    folder.mkdir()
+    cache.write_model(folder, m)
+    table = pq.read_table(folder / "events.parquet")
+    pq.write_table(table.drop_columns(["stack"]), folder / "events.parquet")
+    meta = json.loads((folder / "model.json").read_text())
+    del meta["counters"]
+    del meta["report"]["counter_samples"]
+    (folder / "model.json").write_text(json.dumps(meta))
+    # WHEN read back
+    old = cache.read_model(folder, "old")
+    # THEN it has no stacks and no counters, and everything else
+    assert old.event_count == m.event_count and np.all(old.events.stack == -1)
+    assert len(old.counters) == 0 and old.report.counter_samples == 0
