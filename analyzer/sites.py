@@ -73,11 +73,13 @@ _STDLIB_PARTS = ("/lib/python", "<frozen ")
 @lru_cache(maxsize=4096)
 def library_frame(name: str) -> tuple[int, CallSite] | None:
     """A library frame as a ``library`` CallSite with its preference: 1 for a third-party package's frame
-    (``vllm/.../flashinfer.py``, ``transformers/...``), 0 for torch's and the standard library's."""
+    (``vllm/.../flashinfer.py``, ``transformers/...``), 0 for torch's and the standard library's. An
+    installed package's file is named from its package (``vllm/attention/flashinfer.py``), not from the
+    environment it was installed in."""
     frame = _frame(name)
     if frame is None:
         return None
-    file = frame[0]
+    file, line, function = frame
     root = file.replace("\\\\", "/").split("/")[0].removesuffix(".py")
     packaged = "site-packages/" in file or "dist-packages/" in file
     core = (
@@ -86,7 +88,9 @@ def library_frame(name: str) -> tuple[int, CallSite] | None:
         or (not file.startswith("/") and root in _STDLIB)
         or (not packaged and any(p in file for p in _STDLIB_PARTS))
     )
-    return (0 if core else 1), CallSite(*frame, library=True)
+    for marker in ("site-packages/", "dist-packages/"):
+        file = file.rpartition(marker)[2]
+    return (0 if core else 1), CallSite(file, line, function, library=True)
 
 
 @lru_cache(maxsize=1024)

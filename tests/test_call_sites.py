@@ -71,11 +71,10 @@ def test_stack_strings_give_the_innermost_user_frame_or_the_library_frame() -> N
     assert stack_site(USER_STACK) == CallSite("train.py", 44, "<module>")
     # no user frame: the innermost third-party frame, before torch's, marked as library code
     site = stack_site(LIBRARY_STACK)
-    assert site == CallSite(
-        "/env/lib/python3.10/site-packages/vllm/attention/flashinfer.py", 664, "forward", True
-    )
-    assert str(site).endswith("flashinfer.py:664 in forward (library code, no user frame)")
-    assert stack_site(TORCH) == CallSite(TORCH.split("(")[0], 612, "item", True)
+    # named from its package, not from the environment it was installed in
+    assert site == CallSite("vllm/attention/flashinfer.py", 664, "forward", True)
+    assert str(site) == "vllm/attention/flashinfer.py:664 in forward (library code, no user frame)"
+    assert stack_site(TORCH) == CallSite("torch/tensor.py", 612, "item", True)
     assert stack_site("<built-in method item>") is None
 
 
