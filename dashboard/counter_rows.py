@@ -77,6 +77,7 @@ def add_counters(
                 x=((x - origin) / 1000).round(6).tolist(),
                 y=y.round(4).tolist(),
                 hovertext=[f"<b>{name}</b><br>{val:,.6g}" for val in v.tolist()],
+                customdata=[row.key] * len(x),  # what a click hit (the dashboard's detail panel)
                 hovertemplate="%{hovertext}<extra></extra>",
             )
         )

@@ -3,6 +3,7 @@ decimated in the analysis JSON and drawn as counter rows of the timeline (GIVEN 
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from _kineto import Event, WriteTrace, document, launch_pair
+from test_dashboard_pages import texts
 
 import analyzer.loader
 import analyzer.raw
@@ -22,8 +24,12 @@ from analyzer.counters import decimate, series_of
 from analyzer.loader import load
 from analyzer.model import TraceModel
 from analyzer.output import to_json
+from dashboard.pages import explorer
 from dashboard.report import render
+from dashboard.services import Services
+from dashboard.store import Store
 from dashboard.timeline import extract, figure
+from dashboard.worker import analyse_entry
 
 HOSTILE = "<script>alert(1)</script>"
 
@@ -181,3 +187,22 @@ def test_a_model_stored_before_counters_and_stacks_still_reads(
     # THEN it has no stacks and no counters, and everything else
     assert old.event_count == m.event_count and np.all(old.events.stack == -1)
     assert len(old.counters) == 0 and old.report.counter_samples == 0
+
+
+def test_the_dashboard_timeline_draws_and_explains_a_counter(write_trace: WriteTrace, tmp_path: Path) -> None:
+    # GIVEN a trace with counters uploaded to a dashboard store and analysed
+    services = Services(Store(tmp_path / "store"), None, 64 << 20)
+    path = write_trace(counters_doc())
+    entry = services.store.add("counters.json", io.BytesIO(path.read_bytes()), 64 << 20)
+    assert analyse_entry(str(services.store.root), entry.id) == "ready"
+    view = explorer.full_view(services.store.analysis(entry.id))
+    # WHEN its timeline is drawn
+    fig, _status = explorer.draw(services, entry.id, view)
+    lines = [t for t in fig.data if t.name == "counter"]
+    assert len(lines) == 4
+    # THEN clicking a point of the memory line says the value in force at that time
+    first = lines[0]
+    click = {"points": [{"x": first.x[2], "y": first.y[2], "customdata": first.customdata[2]}]}
+    shown = texts(explorer.details(services, entry.id, view, click))
+    assert shown[0] == "counter: GPU memory.allocated"
+    assert shown[1].startswith("102 at ")
