@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from analyzer.accelerators import accelerator_labels, device_side_calls, format_notes, refine_commands
+from analyzer.counters import CounterBuilder
 from analyzer.errors import TraceError
 from analyzer.links import resolve_links
 from analyzer.model import (
@@ -32,6 +34,7 @@ from analyzer.model import (
 )
 from analyzer.names import (
     ACTIVITY_KINDS,
+    API_KINDS,
     DEVICE_KINDS,
     LAUNCH_FLOW_CATEGORIES,
     MEMORY_EVENT,
@@ -43,8 +46,9 @@ from analyzer.names import (
 )
 from analyzer.raw import EMPTY_ARGS, Batch, Document, RawArgs, RawEvent, paused_gc
 
-# event phases as small codes: 0 unknown, 1 complete ("X"), 2 instant, 3 flow, 4 metadata
-_PHASE = {"X": 1, "i": 2, "I": 2, "s": 3, "f": 3, "t": 3, "M": 4}
+# event phases as small codes: 0 unknown, 1 complete ("X"), 2 instant, 3 flow, 4 metadata, 5 counter
+# (counter values are read from the batch's ``counters``, see ``analyzer.counters``)
+_PHASE = {"X": 1, "i": 2, "I": 2, "s": 3, "f": 3, "t": 3, "M": 4, "C": 5}
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 #: device events linked to the host call that issued them
 _LINKED_KINDS = (*ACTIVITY_KINDS, EventKind.SYNC)
@@ -114,9 +118,11 @@ def _build(doc: Document, path: str, fmt: str, progress: Callable[[str], None]) 
     if not keep.all():
         _select(cols, keep)
     unknown_categories = _unknown_categories(cols, acc.strings)
+    notes = format_notes(cols, acc.strings.values())
     unpaired = _apply_launch_flows(cols, acc.flows())
     _select(cols, np.lexsort((-cols["dur"], cols["ts"])))
     lanes = _assign_lanes(cols, acc.meta, acc.raw.values())
+    counters = acc.counters.build({lane.device for lane in lanes if lane.on_device})
     table = resolve_links(cols)
     string_table = tuple(str(s) for s in acc.strings.values())
     unlinked = int(np.count_nonzero(table.activity_mask() & (table.launch < 0)))
@@ -140,7 +146,10 @@ def _build(doc: Document, path: str, fmt: str, progress: Callable[[str], None]) 
             unknown_keys=tuple(doc.unknown_keys),
             unpaired_flows=unpaired,
             unlinked_device_events=unlinked,
+            notes=notes,
+            counter_samples=len(counters),
         ),
+        counters=counters,
     )
 
 
@@ -171,6 +180,7 @@ _COMMON_ARGS = (("external_id", "external_id"), ("correlation", "correlation"))
 _PYTHON_ARGS = (("python_id", "python_id"), ("python_parent_id", "python_parent_id"))
 _DEVICE_ARGS = (
     ("stream", "stream"),
+    ("stream_id", "stream_id"),
     ("device", "device"),
     ("bytes", "bytes"),
     ("wait_stream", "wait_on_stream"),
@@ -193,10 +203,12 @@ class _Accumulator:
         self.unknown_phases: Counter[str] = Counter()
         self.timed_seen = 0
         self.memory_peaks: dict[int, tuple[int, int]] = {}  # device -> (reserved, allocated) peaks
+        self.counters = CounterBuilder()
         self._kinds: npt.NDArray[np.int8] = np.zeros(0, dtype=np.int8)
 
     def add(self, batch: Batch) -> None:
         self.skipped.update(batch.skipped)
+        self.counters.add(batch.counters)
         events = batch.events
         if not events:
             return
@@ -229,7 +241,7 @@ class _Accumulator:
         kind = self.kind_of(columns["cat"])
         for fields, mask in (
             (_PYTHON_ARGS, kind == EventKind.PYTHON),
-            (_DEVICE_ARGS, np.isin(kind, list(DEVICE_KINDS))),
+            (_DEVICE_ARGS, np.isin(kind, [*DEVICE_KINDS, *API_KINDS])),  # API: device-side records
         ):
             some = list(compress(args, mask.tolist())) if mask.any() else []
             for column, attr in fields:
@@ -237,6 +249,9 @@ class _Accumulator:
                 if some:
                     full[mask] = _ids(_take(some, attr))
                 columns[column] = full
+        stream_id = columns.pop("stream_id")
+        columns["stream"] = np.where(columns["stream"] != NO_ID, columns["stream"], stream_id)
+        columns["stack"] = self._stacks(args, kind == EventKind.CPU_OP)
         for name, values in columns.items():
             self.parts.setdefault(name, []).append(values)
         memory = self.strings.codes.get(MEMORY_EVENT)
@@ -244,6 +259,19 @@ class _Accumulator:
             self._add_memory(list(compress(args, (instant & (columns["name"] == memory)).tolist())))
         linked_kinds = np.isin(kind, [*_LINKED_KINDS, EventKind.RUNTIME, EventKind.DRIVER])
         return bool(np.any(linked_kinds & (columns["correlation"] < 0)))
+
+    def _stacks(self, args: list[RawArgs], ops: Mask) -> I64:
+        """Legacy ``args["Call stack"]`` of cpu_ops, interned (one string per distinct stack), else -1."""
+        out = np.full(len(args), NO_ID, dtype=np.int64)
+        if not ops.any():
+            return out
+        values = _take(list(compress(args, ops.tolist())), "call_stack")
+        if not any(values):
+            return out
+        codes = self.strings.codes_of([v or "" for v in values])
+        codes[codes == self.strings.codes.get("", NO_ID)] = NO_ID
+        out[ops] = codes
+        return out
 
     def _add_memory(self, args: list[RawArgs]) -> None:
         """Per-device peaks of the allocator totals that ``[memory]`` instants carry (device memory only)."""
@@ -325,12 +353,18 @@ class _Accumulator:
         values = self.strings.values()
         api_of = np.array([api_kind(v) if isinstance(v, str) else 0 for v in values], dtype=np.int8)
         kind = self.kind_of(cols["cat"])
+        refine_commands(kind, cols, values)
+        device_side_calls(kind, cols["pid"])
         kind[instant] = EventKind.INSTANT
+        host = ~np.isin(kind, list(DEVICE_KINDS))
+        for column in ("stream", "device", "bytes", "wait_stream", "wait_corr"):  # of device events only
+            cols[column][host] = NO_ID
         is_api = np.isin(kind, [EventKind.RUNTIME, EventKind.DRIVER])
         cols["kind"] = kind
         cols["api"] = np.where(is_api, api_of[cols["name"]], ApiKind.NONE).astype(np.int8)
         cols["name"] = cols["name"].astype(np.int32)
         cols["cat"] = cols["cat"].astype(np.int32)
+        cols["stack"] = cols["stack"].astype(np.int32)
         return cols, ~(bad_ts | bad_dur | negative | out_of_range)
 
 
@@ -389,6 +423,7 @@ def _assign_lanes(cols: dict[str, Any], meta: list[RawEvent], raw_values: list[A
     unique_keys, inverse = np.unique(key, return_inverse=True)
     cols["lane"] = inverse.reshape(-1).astype(np.int32)
     names = _thread_names(meta)
+    accelerators = accelerator_labels(meta)
     not_work = np.isin(kind, [EventKind.INSTANT, EventKind.TRACE_SPAN, EventKind.OVERHEAD])
     has_work = np.bincount(cols["lane"][~not_work], minlength=len(unique_keys)) > 0
     lanes = []
@@ -398,7 +433,8 @@ def _assign_lanes(cols: dict[str, Any], meta: list[RawEvent], raw_values: list[A
         first, second = int(a_values[first_code]), int(b_values[second_code])
         if dev_flag:
             lane_kind = LaneKind.STREAM if second >= 0 else LaneKind.DEVICE
-            lanes.append(Lane(lane_id, lane_kind, str(first), str(second), first, second, ""))
+            label = accelerators.get(first, "")
+            lanes.append(Lane(lane_id, lane_kind, str(first), str(second), first, second, label))
         else:
             pid, tid = raw_values[first], raw_values[second]
             name = names.get((pid, tid), "")

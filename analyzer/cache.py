@@ -24,9 +24,19 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analyzer.model import Device, EventTable, Lane, LaneKind, LoadReport, Step, TraceModel
+from analyzer.model import (
+    Counters,
+    Device,
+    EventTable,
+    Lane,
+    LaneKind,
+    LoadReport,
+    Series,
+    Step,
+    TraceModel,
+)
 
-CACHE_VERSION = 5  # bump whenever the model or the loader changes what it builds
+CACHE_VERSION = 9  # bump whenever the model or the loader changes what it builds
 
 
 def cache_root() -> Path:
@@ -181,6 +191,12 @@ def _meta_of(model: TraceModel) -> dict[str, Any]:
         "display_time_unit": model.display_time_unit,
         "base_time_ns": model.base_time_ns,
         "report": asdict(model.report),
+        "counters": {  # small: counters are few next to events (model.json stays a few MB at most)
+            "series": [asdict(s) for s in model.counters.series],
+            "sample_series": model.counters.sample_series.tolist(),
+            "ts": model.counters.ts.tolist(),
+            "value": model.counters.value.tolist(),
+        },
     }
 
 
@@ -208,7 +224,14 @@ def _numpy(column: pa.ChunkedArray) -> npt.NDArray[Any]:
 
 
 def _model_from(meta: dict[str, Any], table: pa.Table, path: str) -> TraceModel:
-    events = EventTable(**{f.name: _numpy(table.column(f.name)) for f in fields(EventTable)})
+    columns = {
+        f.name: _numpy(table.column(f.name))
+        for f in fields(EventTable)
+        if f.name not in _ADDED_COLUMNS or f.name in table.column_names
+    }
+    for name, dtype in _ADDED_COLUMNS.items():  # a model stored before the column existed (dashboard store)
+        columns.setdefault(name, np.full(table.num_rows, -1, dtype=dtype))
+    events = EventTable(**columns)
     report = dict(meta["report"])
     report["notes"] = tuple(report.get("notes", ()))
     report["unknown_keys"] = tuple(report.get("unknown_keys", ()))
@@ -225,4 +248,20 @@ def _model_from(meta: dict[str, Any], table: pa.Table, path: str) -> TraceModel:
         display_time_unit=meta["display_time_unit"],
         base_time_ns=meta["base_time_ns"],
         report=LoadReport(**report),
+        counters=_counters_from(meta.get("counters")),
+    )
+
+
+#: event columns added after the first stored models: absent from those, they read as "none" (-1)
+_ADDED_COLUMNS = {"stack": np.int32}
+
+
+def _counters_from(meta: dict[str, Any] | None) -> Counters:
+    if meta is None:  # stored before counters were kept
+        return Counters()
+    return Counters(
+        tuple(Series(**s) for s in meta["series"]),
+        np.array(meta["sample_series"], dtype=np.int32),
+        np.array(meta["ts"], dtype=np.float64),
+        np.array(meta["value"], dtype=np.float64),
     )

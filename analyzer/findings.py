@@ -40,6 +40,17 @@ class Finding:
     time_us: float  # what it cost: host time blocked plus device idle charged to it (per rule)
     est_saving_us: float  # from the what-if replay
     advice: str
+    op: str | None = None  # without a call site: the op (or API) the finding is about, to tell sites apart
+
+
+def sync_where(s: Sync) -> str:
+    """Where a sync finding is, for its title: `` at file:line in function``, or without any stack the op."""
+    return f" at {s.call_site}" if s.call_site else f" in {s.op or s.api} (no python stack)"
+
+
+def site_key(f: Finding) -> object:
+    """What makes two findings about the same place: the call site, else the op."""
+    return f.call_site if f.call_site is not None else ("op", f.op)
 
 
 _ADVICE = {
@@ -117,9 +128,7 @@ def false_syncs(a: Analysis) -> list[Finding]:
         saving = max(total_saving, 0.0) * bubble / total_bubble
         reasons = sorted({r.value for s in syncs for r in s.reasons})
         first = syncs[0]
-        where = (
-            f" at {first.call_site}" if first.call_site else f" in {first.op or first.api} (no python stack)"
-        )
+        where = sync_where(first)
         what = _TITLE[kind]
         if kind == SyncKind.BLANKET and "DeviceSynchronize" not in first.api:
             what = f"device-wide wait (`{first.api}`) in the loop"
@@ -135,6 +144,7 @@ def false_syncs(a: Analysis) -> list[Finding]:
                 cost,
                 saving,
                 _ADVICE[kind],
+                first.op or first.api,
             )
         )
     return out
@@ -287,10 +297,10 @@ def find_findings(a: Analysis) -> tuple[Finding, ...]:
     loop's readback is reported once, as ``autoregressive_readback`` (it says what can and cannot be won),
     not also as a generic scalar-read false sync at the same site."""
     found = [f for rule in all_rules() for f in rule(a)]
-    decode_sites = {f.call_site for f in found if f.rule == "autoregressive_readback" and f.call_site}
+    decode_sites = {site_key(f) for f in found if f.rule == "autoregressive_readback"}
     found = [
         f
         for f in found
-        if not (f.rule in ("false_sync_scalar_read", "false_sync_to_host") and f.call_site in decode_sites)
+        if not (f.rule in ("false_sync_scalar_read", "false_sync_to_host") and site_key(f) in decode_sites)
     ]
     return tuple(sorted(found, key=lambda f: (-f.est_saving_us, -f.time_us, f.rule)))

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from analyzer.findings import Finding, Severity, severity
+from analyzer.findings import Finding, Severity, severity, sync_where
 from analyzer.inputs import input_intervals, main_thread
 from analyzer.model import Device
 from analyzer.names import EventKind
@@ -56,9 +56,7 @@ def allocator_syncs(a: Analysis) -> list[Finding]:
         bubble = sum(s.bubble_us for s in syncs)
         cost = sum(s.wait_us for s in syncs) + bubble
         first = syncs[0]
-        where = (
-            f" at {first.call_site}" if first.call_site else f" in {first.op or first.api} (no python stack)"
-        )
+        where = sync_where(first)
         steps = len({s.step for s in syncs})
         out.append(
             Finding(
@@ -74,6 +72,7 @@ def allocator_syncs(a: Analysis) -> list[Finding]:
                 "call `torch.cuda.empty_cache()` in the loop, keep tensor shapes stable (pad variable "
                 "lengths to a few buckets), and set `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` to "
                 "grow segments instead of freeing and re-allocating them.",
+                first.op or first.api,
             )
         )
     return out
@@ -258,9 +257,7 @@ def autoregressive_readback(a: Analysis) -> list[Finding]:
             continue
         bubble = sum(s.bubble_us for s in syncs)
         first = syncs[0]
-        where = (
-            f" at {first.call_site}" if first.call_site else f" in {first.op or first.api} (no python stack)"
-        )
+        where = sync_where(first)
         out.append(
             Finding(
                 "autoregressive_readback",
@@ -277,6 +274,7 @@ def autoregressive_readback(a: Analysis) -> list[Finding]:
                 "tensors), copy it `non_blocking=True` into a pinned buffer and wait on an event later, "
                 "read several tokens back at once, or capture the step in a CUDA graph. Serving engines do "
                 "this: TensorRT-LLM's overlap scheduler, SGLang's zero-overhead scheduler.",
+                first.op or first.api,
             )
         )
     return out

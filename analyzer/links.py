@@ -45,6 +45,7 @@ def resolve_links(cols: dict[str, Any]) -> EventTable:
         bytes=cols["bytes"],
         wait_stream=cols["wait_stream"],
         wait_corr=cols["wait_corr"],
+        stack=cols["stack"],
         parent=parent,
         launch=launch,
         op=op,

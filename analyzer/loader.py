@@ -7,7 +7,6 @@ import gzip
 import re
 import zlib
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
 from analyzer import cache
@@ -36,8 +35,27 @@ def load(path: str | Path, *, use_cache: bool = True, progress: Progress | None 
 
 
 def trace_files(folder: Path) -> list[Path]:
-    """Trace files directly inside ``folder``: ``*.pt.trace.json[.gz]`` first, else any ``*.json[.gz]``."""
-    files = sorted(f for f in folder.iterdir() if f.is_file() and f.name.endswith((".json", ".json.gz")))
+    """Trace files directly inside ``folder`` (``*.pt.trace.json[.gz]`` first, else any ``*.json[.gz]``);
+    when there are none, those of its subfolders one level down (``tensorboard_trace_handler`` output kept
+    in a folder per run or per worker), in path order."""
+    files = _files_in(folder)
+    if files:
+        return files
+    subfolders = sorted(d for d in _entries(folder) if d.is_dir())
+    nested = [f for d in subfolders for f in _files_in(d)]
+    kineto = [f for f in nested if ".pt.trace.json" in f.name]
+    return kineto or nested
+
+
+def _entries(folder: Path) -> list[Path]:
+    try:
+        return list(folder.iterdir())
+    except OSError as exc:
+        raise TraceError(str(folder), f"cannot read ({exc.strerror or exc})") from None
+
+
+def _files_in(folder: Path) -> list[Path]:
+    files = sorted(f for f in _entries(folder) if f.is_file() and f.name.endswith((".json", ".json.gz")))
     files = [f for f in files if f.name not in _NOT_TRACES]
     kineto = [f for f in files if ".pt.trace.json" in f.name]
     return kineto or files
@@ -69,8 +87,10 @@ def _load_folder(folder: Path, use_cache: bool, progress: Progress | None) -> Tr
 
 
 def _one_per_rank(models: list[TraceModel], notes: list[str]) -> tuple[TraceModel, ...]:
-    """Ranks from ``distributedInfo``; files without one are numbered after the known ranks. When a rank
-    has several files (a profiler schedule that repeated), the newest by name wins and the rest are noted."""
+    """Ranks come only from ``distributedInfo``. When a rank has several files (a profiler schedule that
+    repeated), the newest by name wins and the rest are noted. Files without ``distributedInfo`` are
+    separate runs, not ranks: with ranked files they are left out; without any, the first is analysed.
+    Either way a note names the runs left out."""
     by_rank: dict[int, TraceModel] = {}
     unranked = [m for m in models if m.rank is None]
     for m in sorted((m for m in models if m.rank is not None), key=lambda m: _file_order(m.path)):
@@ -80,11 +100,26 @@ def _one_per_rank(models: list[TraceModel], notes: list[str]) -> tuple[TraceMode
                 f"rank {m.rank}: using {Path(m.path).name}, ignoring older {Path(by_rank[m.rank].path).name}"
             )
         by_rank[m.rank] = m
-    next_rank = max(by_rank, default=-1) + 1
-    for m in unranked:
-        by_rank[next_rank] = replace(m, rank=next_rank)
-        next_rank += 1
+    if not by_rank:
+        first, *unranked = unranked
+        by_rank[0] = first
+        used = f"analysed {_shown(first.path)}"
+    else:
+        used = f"analysed the {len(by_rank)} ranked file{'s' if len(by_rank) > 1 else ''}"
+    if unranked:
+        names = ", ".join(_shown(m.path) for m in unranked[:5]) + (", ..." if len(unranked) > 5 else "")
+        notes.append(
+            f"{len(unranked)} more trace file{'s' if len(unranked) > 1 else ''} without distributedInfo "
+            f"{'are separate runs' if len(unranked) > 1 else 'is a separate run'}, not ranks, and "
+            f"{'were' if len(unranked) > 1 else 'was'} not analysed ({used}): {names}"
+        )
     return tuple(by_rank[r] for r in sorted(by_rank))
+
+
+def _shown(path: str) -> str:
+    """A file's name with its subfolder (runs kept one level down are told apart by their folder)."""
+    p = Path(path)
+    return f"{p.parent.name}/{p.name}" if p.parent.name else p.name
 
 
 def _file_order(path: str) -> tuple[int, str]:

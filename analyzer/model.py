@@ -40,7 +40,8 @@ class Lane:
     tid: str
     device: int  # device index for device lanes, -1 on the host
     stream: int  # stream id for stream lanes, -1 otherwise
-    name: str  # thread name from metadata ("thread 1102 (pt_main_thread)", "stream 7")
+    name: str  # host: thread name from metadata ("thread 1102 (pt_main_thread)"); device: its process
+    # label when it names another accelerator ("MTIA 17"), else ""
 
     @property
     def on_device(self) -> bool:
@@ -50,11 +51,12 @@ class Lane:
     def label(self) -> str:
         if self.kind == LaneKind.HOST:
             return self.name or f"thread {self.tid}"
+        device = self.name if self.on_device and self.name else f"GPU {self.device}"
         if self.kind == LaneKind.STREAM:
-            return f"GPU {self.device} stream {self.stream}"
+            return f"{device} stream {self.stream}"
         if self.kind == LaneKind.META:
             return f"profiler {self.pid}/{self.tid}"
-        return f"GPU {self.device} (device-wide)"
+        return f"{device} (device-wide)"
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,7 @@ class EventTable:
     bytes: I64
     wait_stream: I64  # cuda_sync: stream waited on
     wait_corr: I64  # cuda_sync: correlation of the cudaEventRecord waited on
+    stack: I32  # cpu_op: its legacy ``args["Call stack"]`` (index into TraceModel.strings), else -1
     # resolved links (indices into this table, -1 when absent)
     parent: I64  # enclosing event on the same host thread (op nesting, python frames included)
     launch: I64  # device activity / sync record -> the host API call that issued it
@@ -130,6 +133,35 @@ class EventTable:
 
 
 @dataclass(frozen=True)
+class Series:
+    """One counter series: Chrome counter events (``ph: "C"``, one series per key of their ``args``) or
+    the metrics a profiler range carries (CUPTI range-profiler mode)."""
+
+    name: str  # "GPU memory.allocated", "smsp__inst_executed.sum" (raw trace text)
+    unit: str | None  # when the trace says it ("bytes"...), else None
+    pid: str  # the process the samples were written under, as text
+    device: int  # the device they belong to, -1 for the host or unknown
+
+
+@dataclass(frozen=True)
+class Counters:
+    """Counter samples, columnar and sorted by (series, ts): ``series`` indexes ``Counters.series``."""
+
+    series: tuple[Series, ...] = ()
+    sample_series: I32 = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
+    ts: F64 = field(default_factory=lambda: np.zeros(0, dtype=np.float64))
+    value: F64 = field(default_factory=lambda: np.zeros(0, dtype=np.float64))
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    def of(self, series: int) -> tuple[F64, F64]:
+        """(ts, value) of one series, in time order."""
+        lo, hi = np.searchsorted(self.sample_series, [series, series + 1])
+        return self.ts[lo:hi], self.value[lo:hi]
+
+
+@dataclass(frozen=True)
 class LoadReport:
     """What the loader could not use or did not recognise. Nothing is dropped silently."""
 
@@ -140,6 +172,7 @@ class LoadReport:
     unpaired_flows: int = 0  # flow ends with no partner (ignored)
     unlinked_device_events: int = 0  # device activity whose launch call is not in the trace
     notes: tuple[str, ...] = ()
+    counter_samples: int = 0  # counter values kept (``TraceModel.counters``), one per series and time
 
     @property
     def skipped_total(self) -> int:
@@ -160,6 +193,7 @@ class TraceModel:
     display_time_unit: str | None
     base_time_ns: int | None
     report: LoadReport
+    counters: Counters = field(default_factory=Counters)
 
     def string(self, index: int) -> str:
         return self.strings[index] if index >= 0 else ""

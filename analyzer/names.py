@@ -5,6 +5,7 @@ Classification is done once per distinct string (names are interned), never once
 
 from __future__ import annotations
 
+import re
 from enum import IntEnum
 
 
@@ -67,13 +68,62 @@ LAUNCH_FLOW_CATEGORIES = frozenset({"ac2g", "async_cpu_to_gpu"})
 OTHER_FLOW_CATEGORIES = frozenset({"fwdbwd", "critical_path", "forward_backward"})
 
 
+#: Category families of accelerators other than CUDA/HIP, by suffix: any runtime or driver API
+#: (``mtia_runtime``, ``xpu_runtime``, ``glow_runtime``...) and device activity. A profiler range
+#: (``cuda_profiler_range``: CUPTI range-profiler mode) is the device time of one kernel; command-processor
+#: events (``mtia_ccp_events``) are the commands a device stream executed, told apart by their name.
+_RUNTIME_SUFFIXES = ("_runtime",)
+_DRIVER_SUFFIXES = ("_driver",)
+_RANGE_SUFFIXES = ("_profiler_range",)
+_COMMAND_SUFFIXES = ("_ccp_events",)
+
+
 def event_kind(category: str) -> EventKind:
-    """Map a category string (any spelling) to its kind; unknown categories are ``OTHER``."""
-    return _CATEGORIES.get(category.lower(), EventKind.OTHER)
+    """Map a category string (any spelling) to its kind; unknown categories are ``OTHER``. Command
+    categories map to ``KERNEL`` here; ``command_kind`` refines them by event name."""
+    lower = category.lower()
+    known = _CATEGORIES.get(lower)
+    if known is not None:
+        return known
+    if lower.endswith(_RUNTIME_SUFFIXES):
+        return EventKind.RUNTIME
+    if lower.endswith(_DRIVER_SUFFIXES):
+        return EventKind.DRIVER
+    if lower.endswith(_RANGE_SUFFIXES + _COMMAND_SUFFIXES):
+        return EventKind.KERNEL
+    return EventKind.OTHER
+
+
+def is_range_category(category: str) -> bool:
+    """CUPTI range-profiler ranges: one per kernel, laid out by the profiler rather than timed."""
+    return category.lower().endswith(_RANGE_SUFFIXES)
+
+
+def is_command_category(category: str) -> bool:
+    """Device command streams whose event names say what each command did (``mtia_ccp_events``)."""
+    return category.lower().endswith(_COMMAND_SUFFIXES)
+
+
+_COMMAND_COPY = re.compile(r"dma|memcpy|copy|transfer", re.IGNORECASE)
+_COMMAND_SET = re.compile(r"memset|fill", re.IGNORECASE)
+_COMMAND_SYNC = re.compile(r"event|wait|sync|barrier|signal|fence", re.IGNORECASE)
+
+
+def command_kind(name: str) -> EventKind:
+    """Kind of a device command by its name: copies (``dma_request``), memsets, stream-side waits and
+    event records (``event_wait``, ``event_record``: not activity, like CUPTI's ``cuda_sync`` records),
+    and execution (``pe_exe``, ``merge``...: a kernel)."""
+    if _COMMAND_SYNC.search(name):
+        return EventKind.SYNC
+    if _COMMAND_SET.search(name):
+        return EventKind.MEMSET
+    if _COMMAND_COPY.search(name):
+        return EventKind.MEMCPY
+    return EventKind.KERNEL
 
 
 def is_known_category(category: str) -> bool:
-    return category.lower() in _CATEGORIES
+    return event_kind(category) != EventKind.OTHER
 
 
 class ApiKind(IntEnum):
@@ -118,7 +168,7 @@ def api_kind(name: str) -> ApiKind:
     if exact is not None:
         return exact
     if not name.startswith(("cu", "hip")):
-        return ApiKind.NONE
+        return _other_api(name)
     if "Graph" in name:
         return ApiKind.NONE
     if "Launch" in name and "Kernel" in name:
@@ -127,6 +177,33 @@ def api_kind(name: str) -> ApiKind:
         return ApiKind.MEMCPY
     if "Memset" in name:
         return ApiKind.MEMSET
+    return ApiKind.NONE
+
+
+def _other_api(name: str) -> ApiKind:
+    """Runtime calls of other accelerators, by the words in their name (MTIA ``synchronizeStream``,
+    ``recordEvent``, ``enqueueCommand memcpyHtoDAsync``, ``enqueueCommand waitOnEvent``,
+    ``runFunction - job_prep_and_submit_for_execution``; XPU ``urEnqueueKernelLaunch``, ``urEventWait``,
+    ``urQueueFinish``). A wait on an event is the device's when it is enqueued (or on a stream), else the
+    host's. Names that say none of these are ``NONE``."""
+    lower = name.lower()
+    if "synchroniz" in lower or "finish" in lower:
+        if "stream" in lower or "queue" in lower:
+            return ApiKind.SYNC_STREAM
+        return ApiKind.SYNC_EVENT if "event" in lower else ApiKind.SYNC_DEVICE
+    if "event" in lower and "record" in lower:
+        return ApiKind.EVENT_RECORD
+    if "event" in lower and "wait" in lower:
+        queued = "enqueue" in lower or "stream" in lower
+        return ApiKind.STREAM_WAIT if queued else ApiKind.SYNC_EVENT
+    if "query" in lower:
+        return ApiKind.QUERY
+    if "memcpy" in lower:
+        return ApiKind.MEMCPY
+    if "memset" in lower:
+        return ApiKind.MEMSET
+    if "launch" in lower or "submit" in lower:
+        return ApiKind.LAUNCH
     return ApiKind.NONE
 
 
@@ -139,5 +216,14 @@ def memcpy_is_async(name: str) -> bool:
 SYNC_RECORD_KINDS = ("Stream Sync", "Event Sync", "Context Sync", "Stream Wait Event")
 
 STEP_PREFIX = "ProfilerStep#"
+
+
+def is_annotation_name(name: str) -> bool:
+    """A ``record_function`` scope that legacy traces file as an operator: ``ProfilerStep#5``,
+    ``enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__``, ``Optimizer.step#SGD.step``. It
+    names a region of the program, never the operation that synchronised."""
+    return name.startswith(STEP_PREFIX) or ("#" in name and "::" not in name)
+
+
 #: the instant event torch.profiler(profile_memory=True) writes for each allocation and free
 MEMORY_EVENT = "[memory]"

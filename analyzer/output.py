@@ -6,6 +6,7 @@ from dataclasses import asdict
 from typing import Any
 
 from analyzer.analysis import SCHEMA, Analysis, Summary
+from analyzer.counters import counters_json
 from analyzer.gaps import Gap
 from analyzer.sites import CallSite
 from analyzer.syncs import Sync
@@ -19,6 +20,7 @@ def to_json(a: Analysis) -> dict[str, Any]:
     m = a.model
     sync_of = {c: s.id for s in a.syncs for c in s.calls}
     report = m.report
+    counters, counter_notes = counters_json(m.counters)
     return {
         "schema": SCHEMA,
         "source": {
@@ -44,7 +46,8 @@ def to_json(a: Analysis) -> dict[str, Any]:
             "unknown_keys": list(report.unknown_keys),
             "unpaired_flows": report.unpaired_flows,
             "unlinked_device_events": report.unlinked_device_events,
-            "notes": list(a.notes) + list(report.notes),
+            "counter_samples": report.counter_samples,
+            "notes": list(a.notes) + list(report.notes) + counter_notes,
         },
         "window": {
             "start_us": a.window.start_us,
@@ -90,6 +93,7 @@ def to_json(a: Analysis) -> dict[str, Any]:
         "verdict": _verdict(a),
         "warnings": list(a.warnings),
         "run_steps": _run_steps(a),
+        "counters": counters,
     }
 
 
@@ -145,7 +149,9 @@ def _critical(a: Analysis) -> dict[str, Any] | None:
 
 
 def _site(site: CallSite | None) -> dict[str, Any] | None:
-    return {"file": site.file, "line": site.line, "function": site.function} if site else None
+    if site is None:
+        return None
+    return {"file": site.file, "line": site.line, "function": site.function, "library": site.library}
 
 
 def _sync(a: Analysis, s: Sync) -> dict[str, Any]:

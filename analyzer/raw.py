@@ -29,11 +29,13 @@ class RawArgs(msgspec.Struct, gc=False):
     external_id: IdValue = msgspec.field(default=-1, name="External id")
     correlation: IdValue = -1
     stream: IdValue = -1
+    stream_id: IdValue = -1  # other accelerators' runtime records (MTIA) name the stream so
     device: IdValue = -1
     bytes: IdValue = -1
     python_id: IdValue = msgspec.field(default=-1, name="Python id")
     python_parent_id: IdValue = msgspec.field(default=-1, name="Python parent id")
     cuda_sync_kind: str | None = None
+    call_stack: str | None = msgspec.field(default=None, name="Call stack")  # legacy: "f.py(44): g;..."
     wait_on_stream: IdValue = -1
     wait_on_event_corr: IdValue = msgspec.field(default=-1, name="wait_on_cuda_event_record_corr_id")
     name: str | int | float | None = None  # metadata events: thread_name / process_name
@@ -68,10 +70,15 @@ class _Doc(msgspec.Struct, gc=False):
     baseTimeNanoseconds: int | None = None
 
 
+#: one counter event: (name, pid as text, ts, {series key: value}, from a profiler range)
+CounterSample = tuple[str, str, float, dict[str, float], bool]
+
+
 @dataclass
 class Batch:
     events: list[RawEvent]
     skipped: Counter[str] = field(default_factory=Counter)
+    counters: list[CounterSample] = field(default_factory=list)
 
 
 @dataclass
@@ -186,12 +193,91 @@ def _batches(raws: list[msgspec.Raw]) -> Iterator[Batch]:
         chunk = raws[start : start + BATCH]
         buf = b"[" + b",".join(chunk) + b"]"
         try:
-            yield Batch(_BATCH_DECODER.decode(buf))
+            batch = Batch(_BATCH_DECODER.decode(buf))
         except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError):
             # each slice is well-formed JSON (the split checked it): the trouble is inside one event
             # (wrong type, bad UTF-8, number out of range). One by one: only the bad event is skipped.
-            yield _convert_each(chunk)
+            batch = _convert_each(chunk)
+        if might_hold_counters(buf):
+            batch.counters = counter_samples(buf, batch.skipped)
+        yield batch
     raws.clear()  # release the slices (and with them the document's bytes) as soon as possible
+
+
+class _Probe(msgspec.Struct, gc=False):
+    """Just enough of an event to find counters; ``args`` stays undecoded until it is one."""
+
+    ph: Any = ""
+    cat: Any = ""
+    name: Any = ""
+    pid: Any = -1
+    ts: Any = None
+    args: msgspec.Raw = msgspec.Raw(b"null")
+
+
+_PROBE_DECODER = msgspec.json.Decoder(list[_Probe])
+_RANGE_MARK = b"_profiler_range"
+
+
+def might_hold_counters(buf: bytes | bytearray, end: int | None = None) -> bool:
+    """A cheap byte scan: could this slice of JSON hold a counter event (``"ph": "C"``) or a profiler
+    range? Most traces have neither, and then nothing more is decoded."""
+    stop = len(buf) if end is None else end
+    return buf.find(b'"C"', 0, stop) >= 0 or buf.find(_RANGE_MARK, 0, stop) >= 0
+
+
+def counter_samples(text: bytes | memoryview, skipped: Counter[str]) -> list[CounterSample]:
+    """The counter samples of a JSON list of events: ``ph: "C"`` events (one series per numeric key of
+    their ``args``) and profiler ranges (``*_profiler_range``: the metrics of one kernel). Counter events
+    without a usable time or value are counted in ``skipped``; a list that does not decode is left to the
+    typed decoder, which counts its events."""
+    try:
+        probes = _PROBE_DECODER.decode(text)
+    except (msgspec.MsgspecError, UnicodeDecodeError):
+        return []
+    out: list[CounterSample] = []
+    for p in probes:
+        is_range = p.ph == "X" and isinstance(p.cat, str) and p.cat.lower().endswith("_profiler_range")
+        if p.ph == "C" or is_range:
+            try:
+                args = msgspec.json.decode(p.args)
+            except (msgspec.MsgspecError, UnicodeDecodeError):
+                args = None
+            _keep(counter_sample(p.name, p.pid, p.ts, args, is_range), p.ph == "C", out, skipped)
+    return out
+
+
+def _keep(
+    sample: CounterSample | None, counter: bool, out: list[CounterSample], skipped: Counter[str]
+) -> None:
+    if sample is not None:
+        out.append(sample)
+    elif counter:  # a range without metrics is still a range (a kernel); a counter without values is lost
+        skipped["counter event without a numeric time and value"] += 1
+
+
+def counter_sample(name: Any, pid: Any, ts: Any, args: Any, is_range: bool) -> CounterSample | None:
+    """One event's counter values (numbers only; booleans and text are not counters), or None."""
+    if not isinstance(args, dict) or type(ts) not in (int, float) or not isinstance(name, str):
+        return None
+    values = {str(k): float(v) for k, v in args.items() if type(v) in (int, float) and abs(v) < 2.0**63}
+    if not values:
+        return None
+    return name, str(pid), float(ts), values, is_range
+
+
+def counters_of_items(items: list[Any], skipped: Counter[str]) -> list[CounterSample]:
+    """``counter_samples`` for events already decoded as Python objects (the lenient and tail paths)."""
+    out: list[CounterSample] = []
+    for e in items:
+        if not isinstance(e, dict):
+            continue
+        cat = e.get("cat")
+        is_range = e.get("ph") == "X" and isinstance(cat, str) and cat.lower().endswith("_profiler_range")
+        if e.get("ph") == "C" or is_range:
+            sample = counter_sample(e.get("name"), e.get("pid"), e.get("ts"), e.get("args"), is_range)
+            _keep(sample, e.get("ph") == "C", out, skipped)
+    return out
 
 
 def _convert_each(items: list[Any]) -> Batch:
@@ -248,8 +334,10 @@ def _decode_lenient(data: bytes, path: str) -> Document:
     dist = top.get("distributedInfo")
     unit = top.get("displayTimeUnit")
     base = top.get("baseTimeNanoseconds")
+    batch = _convert_each(items)
+    batch.counters = counters_of_items(items, batch.skipped)
     return Document(
-        iter([_convert_each(items)]),
+        iter([batch]),
         len(items),
         [p for p in props if isinstance(p, dict)] if isinstance(props, list) else [],
         dist if isinstance(dist, dict) else {},

@@ -37,36 +37,102 @@ class CallSite:
     file: str
     line: int
     function: str
+    library: bool = False  # every frame of the stack was a library's: this is its innermost (named) one
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.line} in {self.function}"
+        where = f"{self.file}:{self.line} in {self.function}"
+        return f"{where} (library code, no user frame)" if self.library else where
+
+
+def _frame(name: str) -> tuple[str, int, str] | None:
+    m = _FRAME.match(name)
+    if not m or name.startswith("<"):
+        return None
+    return m["file"], int(m["line"]), m["function"]
+
+
+def _is_library(file: str) -> bool:
+    if any(part in file for part in _LIBRARY_PARTS) or file.startswith("torch"):
+        return True
+    root = file.replace("\\\\", "/").split("/")[0].removesuffix(".py")
+    return not file.startswith("/") and (root in _STDLIB or root in _THIRD_PARTY)
 
 
 @lru_cache(maxsize=4096)
 def parse_frame(name: str) -> CallSite | None:
     """``train.py(42): train_step`` -> CallSite; None for library frames and non-frame names."""
-    m = _FRAME.match(name)
-    if not m or name.startswith("<"):
+    frame = _frame(name)
+    if frame is None or _is_library(frame[0]):
         return None
-    file = m["file"]
-    if any(part in file for part in _LIBRARY_PARTS) or file.startswith("torch"):
+    return CallSite(*frame)
+
+
+_STDLIB_PARTS = ("/lib/python", "<frozen ")
+
+
+@lru_cache(maxsize=4096)
+def library_frame(name: str) -> tuple[int, CallSite] | None:
+    """A library frame as a ``library`` CallSite with its preference: 1 for a third-party package's frame
+    (``vllm/.../flashinfer.py``, ``transformers/...``), 0 for torch's and the standard library's. An
+    installed package's file is named from its package (``vllm/attention/flashinfer.py``), not from the
+    environment it was installed in."""
+    frame = _frame(name)
+    if frame is None:
         return None
+    file, line, function = frame
     root = file.replace("\\\\", "/").split("/")[0].removesuffix(".py")
-    if not file.startswith("/") and (root in _STDLIB or root in _THIRD_PARTY):
-        return None
-    return CallSite(file, int(m["line"]), m["function"])
+    packaged = "site-packages/" in file or "dist-packages/" in file
+    core = (
+        file.startswith("torch")
+        or "/torch/" in file
+        or (not file.startswith("/") and root in _STDLIB)
+        or (not packaged and any(p in file for p in _STDLIB_PARTS))
+    )
+    for marker in ("site-packages/", "dist-packages/"):
+        file = file.rpartition(marker)[2]
+    return (0 if core else 1), CallSite(file, line, function, library=True)
+
+
+@lru_cache(maxsize=1024)
+def stack_site(stack: str) -> CallSite | None:
+    """Call site from a legacy ``args["Call stack"]`` (``f.py(44): g;lib/x.py(9): h``, innermost frame
+    first): the innermost user frame, else the innermost library frame (``library`` set)."""
+    best: tuple[int, CallSite] | None = None
+    for name in stack.split(";"):
+        name = name.strip()
+        site = parse_frame(name)
+        if site is not None:
+            return site
+        candidate = library_frame(name)
+        if candidate is not None and (best is None or candidate[0] > best[0]):
+            best = candidate
+    return best[1] if best else None
 
 
 def call_site(model: TraceModel, event: int) -> CallSite | None:
-    """The innermost user frame enclosing ``event`` on its thread (None when the trace has no stack)."""
+    """The innermost user frame enclosing ``event`` on its thread: from ``python_function`` frames, else
+    from the legacy ``Call stack`` of the innermost op (the event itself or an enclosing one) that has
+    one. When every frame is a library's, the innermost library frame (third-party before torch and the
+    standard library), marked ``library``. None only when the trace has no stack above the event."""
     ev = model.events
-    at = int(ev.parent[event]) if event >= 0 else -1
+    at = event
+    fallback: tuple[int, CallSite] | None = None
+    stack = -1
     for _ in range(_MAX_DEPTH):
         if at < 0:
-            return None
+            break
         if ev.kind[at] == EventKind.PYTHON:
-            site = parse_frame(model.name_of(at))
+            name = model.name_of(at)
+            site = parse_frame(name)
             if site is not None:
                 return site
+            candidate = library_frame(name)
+            if candidate is not None and (fallback is None or candidate[0] > fallback[0]):
+                fallback = candidate
+        elif stack < 0 and ev.stack[at] >= 0:
+            stack = int(ev.stack[at])
         at = int(ev.parent[at])
-    return None
+    from_stack = stack_site(model.strings[stack]) if stack >= 0 else None
+    if from_stack is not None and (not from_stack.library or fallback is None):
+        return from_stack
+    return fallback[1] if fallback else from_stack

@@ -19,7 +19,16 @@ from typing import Any
 
 import msgspec
 
-from analyzer.raw import BATCH_BYTES, Batch, Document, RawEvent, top_level
+from analyzer.raw import (
+    BATCH_BYTES,
+    Batch,
+    Document,
+    RawEvent,
+    counter_samples,
+    counters_of_items,
+    might_hold_counters,
+    top_level,
+)
 
 _inflate_lib: ModuleType
 try:  # Intel ISA-L inflates gzip about twice as fast as zlib; optional, same API
@@ -113,6 +122,8 @@ def _decode_prefix(pending: bytearray, cut: int, doc: Document) -> Batch:
     pending[cut + 1] = ord("]")
     with memoryview(pending) as view:
         batch = _decode(view[: cut + 2], doc)
+        if might_hold_counters(pending, cut + 2):
+            batch.counters = counter_samples(view[: cut + 2], batch.skipped)
     pending[comma] = ord("[")
     del pending[:comma]
     return batch
@@ -146,7 +157,9 @@ def _finish(pending: bytes, doc: Document) -> tuple[list[Batch], bytes]:
     except msgspec.ValidationError as exc:
         raise NotStreamable(str(exc)) from None
     doc.size += len(last)
-    out.append(Batch(last))
+    tail = Batch(last)
+    tail.counters = counters_of_items(events, tail.skipped)
+    out.append(tail)
     return out, text[end:].encode()
 
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from analyzer.graph import Blocking, Graph, activities_by_call
 from analyzer.model import NO_ID, Step, TraceModel
-from analyzer.names import ApiKind, EventKind
+from analyzer.names import ApiKind, EventKind, is_annotation_name
 from analyzer.sidecar import Sidecar
 from analyzer.sites import CallSite, call_site
 
@@ -142,13 +142,14 @@ def _named_sync(model: TraceModel, g: Graph, c: int) -> bool:
 
 
 def _user_op(model: TraceModel, event: int) -> int:
-    """The outermost cpu_op above a runtime call on its thread (the user-level operation), or -1."""
+    """The outermost cpu_op above a runtime call on its thread (the user-level operation), or -1.
+    Annotations that legacy traces file as operators (``ProfilerStep#N``...) are regions, not ops."""
     ev = model.events
     at, top = int(ev.parent[event]), NO_ID
     for _ in range(256):
         if at < 0:
             break
-        if ev.kind[at] == EventKind.CPU_OP:
+        if ev.kind[at] == EventKind.CPU_OP and not is_annotation_name(model.name_of(at)):
             top = at
         at = int(ev.parent[at])
     return top

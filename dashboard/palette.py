@@ -29,6 +29,7 @@ MEMSET = "#7fc8a9"  # pale green: memset
 PYTHON = "#9bbbe0"  # pale blue: python frames
 ANNOTATION = "#b9c2cf"  # blue-grey: user annotations, ProfilerStep
 OTHER = "#d5d9de"
+COUNTER = "#5b4b8a"  # dark violet: counter lines (a value over time, not an interval)
 
 #: Gap causes (``analyzer.gaps.Cause`` values), in legend order.
 CAUSES: tuple[str, ...] = ("sync", "input", "launch", "dependency", "host", "unknown")

@@ -274,8 +274,13 @@ def _best_saving(doc: Doc) -> Doc | None:
     return max(real, key=lambda w: w["saving_us"]) if real else None
 
 
-def _site(site: Doc | None) -> str:
-    return f"{site['file']}:{site['line']} in {site['function']}" if site else ""
+def site_text(site: Doc | None) -> str:
+    """``file:line in function`` of a call site object of the analysis JSON (marked when it is library
+    code: no user frame was on the stack), or ''."""
+    if not site:
+        return ""
+    where = f"{site.get('file', '?')}:{site.get('line', '?')} in {site.get('function', '?')}"
+    return f"{where} (library code)" if site.get("library") else where
 
 
 def findings_doc(doc: Doc) -> list[Doc]:
@@ -288,7 +293,7 @@ def findings_doc(doc: Doc) -> list[Doc]:
             "severity": f["severity"],
             "color": palette.SEVERITY_COLORS.get(f["severity"], palette.UNKNOWN),
             "title": f["title"],
-            "site": _site(f["call_site"]),
+            "site": site_text(f["call_site"]),
             "count": f["count"],
             "time_us": f["time_us"],
             "est_saving_us": f["est_saving_us"],
@@ -302,7 +307,7 @@ def _sync_groups(doc: Doc, limit: int) -> Doc:
     """Syncs grouped by (kind, call site, api, avoidable): count, total wait and bubble, costliest first."""
     groups: dict[tuple[str, str, str, bool], Doc] = {}
     for s in doc["syncs"]:
-        where = _site(s["call_site"]) or (s["op"] or "")
+        where = site_text(s["call_site"]) or (s["op"] or "")
         key = (s["kind"], where, s["api"], bool(s["avoidable"]))
         g = groups.setdefault(
             key,

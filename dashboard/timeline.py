@@ -32,6 +32,7 @@ from analyzer.model import F64, I64, LaneKind, Mask, TraceModel
 from analyzer.names import EventKind
 from analyzer.sites import call_site
 from dashboard import palette
+from dashboard.counter_rows import CounterRow, add_counters, counter_rows
 
 DEFAULT_MAX_ITEMS = 400  # per row: one item per ~3 pixels of a laptop-width plot
 _MAX_ANCESTORS = 512  # the same bound the call-site walk uses
@@ -91,6 +92,7 @@ class TimelineSlice:
     syncs: tuple[SyncMark, ...]
     steps: tuple[tuple[str, float, float], ...]  # (name, start, end) of the steps overlapping the range
     merged: bool  # whether any row was merged or sampled (the figure says so)
+    counters: tuple[CounterRow, ...] = ()  # counter series drawn below the rows
 
     @property
     def items(self) -> int:
@@ -146,7 +148,8 @@ def extract(
         if st.start_us < end_us and st.end_us > start_us
     )
     merged = any(r.events > len(r.items) for r in rows)
-    return TimelineSlice(start_us, end_us, tuple(rows), syncs, steps, merged)
+    counters = counter_rows(model, start_us, end_us, bins)
+    return TimelineSlice(start_us, end_us, tuple(rows), syncs, steps, merged, counters)
 
 
 def _sync_marks(
@@ -443,6 +446,7 @@ def figure(sl: TimelineSlice, title: str = "") -> go.Figure:
             )
         )
     _add_syncs(fig, sl, ypos, origin)
+    add_counters(fig, sl.counters, len(sl.rows), origin, sl.end_us)
     _layout(fig, sl, title)
     return fig
 
@@ -476,7 +480,7 @@ def _add_syncs(fig: go.Figure, sl: TimelineSlice, ypos: dict[str, int], origin: 
 
 
 def _layout(fig: go.Figure, sl: TimelineSlice, title: str) -> None:
-    n = len(sl.rows)
+    n = len(sl.rows) + len(sl.counters)
     origin = sl.start_us
     step_lines = [  # one layout update for all (add_vline per step relayouts every time)
         {
@@ -493,6 +497,7 @@ def _layout(fig: go.Figure, sl: TimelineSlice, title: str) -> None:
         if s > origin
     ]
     ticks = [html.escape(r.label if r.kind != RowKind.API else f"{r.label} · CUDA API") for r in sl.rows]
+    ticks += [html.escape(_clip(c.label, 60)) for c in sl.counters]
     if sl.merged:
         title += " (short events merged at this zoom)"
     fig.update_layout(

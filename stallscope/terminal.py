@@ -146,6 +146,12 @@ def _trace(a: Analysis) -> list[str]:
             f"utilization {d.utilization:.1%} ({d.activities:,} kernels/copies)"
         )
     lines.append(f"  host sync {ms(a.summary.host_sync_wait_us)} blocked in synchronizing calls")
+    c = m.counters
+    if len(c):
+        lines.append(
+            f"  counters  {len(c):,} samples in {len(c.series)} series, e.g. {c.series[0].name[:60]} "
+            "(in --json and the report's timeline)"
+        )
     return lines
 
 
@@ -215,5 +221,5 @@ def _ignored(a: Analysis) -> list[str]:
     if r.unlinked_device_events:
         parts.append(f"{r.unlinked_device_events:,} device events with no launch call in the trace")
     out = [f"  skipped   {p}" for p in parts]
-    out += [f"  note      {n}" for n in a.notes]
+    out += [f"  note      {n}" for n in (*a.notes, *r.notes)]
     return out

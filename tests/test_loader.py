@@ -279,10 +279,12 @@ def test_unknown_categories_and_phases_are_kept_or_counted(write_trace: WriteTra
     ]
     # WHEN loaded (not an error)
     m = load_one(write_trace(document(events)))
-    # THEN unknown-category events are kept as OTHER and counted; unknown phases are counted, not kept
+    # THEN unknown-category events are kept as OTHER and counted; unknown phases are counted, not kept;
+    # counters ("C") are kept as counters (tests/test_counters.py), not as events
     assert m.event_count == 3
     assert m.report.unknown_categories == {"my_vendor_cat": 2}
-    assert m.report.unknown_phases == {"C": 2, "b": 1}
+    assert m.report.unknown_phases == {"b": 1}
+    assert m.report.counter_samples == 2 and m.counters.of(0)[1].tolist() == [1.0, 2.0]
     assert m.events.kind[index_of(m, "vendor thing")] == EventKind.OTHER
     # ... known non-launch flows (fwdbwd) are neither unknown nor unpaired
     assert m.report.unpaired_flows == 0
@@ -378,13 +380,43 @@ def test_folder_with_one_bad_file_loads_the_good_one_and_says_so(tmp_path: Path)
     assert "bad.pt.trace.json" in note and "truncated JSON" in note
 
 
-def test_files_without_rank_are_numbered_after_known_ranks(tmp_path: Path) -> None:
+def test_a_file_without_rank_beside_ranked_files_is_a_separate_run(tmp_path: Path) -> None:
+    # GIVEN a rank file and a file without distributedInfo
     write_trace_file(tmp_path / "x.pt.trace.json", rank_doc(None))
     write_trace_file(tmp_path / "y.pt.trace.json", rank_doc(0, kernels=2))
     traces = load(tmp_path)
+    # THEN only the ranked file is a rank; the other is named in a note as a separate run
+    assert traces.ranks == [0]
+    assert [Path(m.path).name for m in traces.models] == ["y.pt.trace.json"]
+    (note,) = traces.notes
+    assert "1 more trace file without distributedInfo is a separate run, not ranks" in note
+    assert note.endswith("x.pt.trace.json")
+
+
+def test_runs_without_distributed_info_are_not_ranks(tmp_path: Path) -> None:
+    # GIVEN two runs of one worker (tensorboard_trace_handler files, no distributedInfo)
+    write_trace_file(tmp_path / "worker0.1623143089861.pt.trace.json", rank_doc(None, kernels=2))
+    write_trace_file(tmp_path / "worker0.1623212756351.pt.trace.json", rank_doc(None, kernels=1))
+    # WHEN the folder is loaded
+    traces = load(tmp_path)
+    # THEN the first run is analysed alone (not "rank 0 of 2") and the note lists the other
+    assert traces.ranks == [0]
+    (model,) = traces.models
+    assert Path(model.path).name == "worker0.1623143089861.pt.trace.json" and model.event_count == 6
+    (note,) = traces.notes
+    assert "separate run, not ranks" in note and "analysed" in note
+    assert "worker0.1623212756351.pt.trace.json" in note
+
+
+def test_trace_files_one_level_down_are_found(tmp_path: Path) -> None:
+    # GIVEN tensorboard_trace_handler output kept in a subfolder per worker (ranks 1 and 0)
+    write_trace_file(tmp_path / "w1" / "host.1.pt.trace.json.gz", rank_doc(1, kernels=2))
+    write_trace_file(tmp_path / "w0" / "host.2.pt.trace.json.gz", rank_doc(0, kernels=1))
+    write_trace_file(tmp_path / "w0" / "deeper" / "x.pt.trace.json", rank_doc(5))  # two levels: not searched
+    traces = load(tmp_path)
     assert traces.ranks == [0, 1]
-    assert [Path(m.path).name for m in traces.models] == ["y.pt.trace.json", "x.pt.trace.json"]
-    assert traces.models[1].rank == 1
+    assert [Path(m.path).parent.name for m in traces.models] == ["w0", "w1"]
+    assert traces.notes == ()
 
 
 def test_repeated_rank_files_newest_wins(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from dash.dash_table.DataTable import DataTable
 
 from dashboard.palette import FONT_FAMILY, GRID, MUTED, PYTHON, TEXT
 from dashboard.report import ms as report_ms
+from dashboard.report import site_text as report_site_text
 from dashboard.services import Services
 from dashboard.store import Entry, Status, StoreError
 
@@ -88,9 +89,7 @@ def pct(x: float | None) -> str:
 
 def site_text(site: Doc | None) -> str:
     """``file:line in function`` of a call site object of the analysis JSON, or ''."""
-    if not site:
-        return ""
-    return f"{site.get('file', '?')}:{site.get('line', '?')} in {site.get('function', '?')}"
+    return report_site_text(site)
 
 
 def message(text: str, kind: str = "error") -> html.Div:

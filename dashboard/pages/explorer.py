@@ -11,6 +11,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any
 
+import numpy as np
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
 from dashboard import timeline
@@ -121,6 +122,9 @@ def details(services: Services, trace_id: str, view: dict[str, float], click: di
     p = points[0]
     a = services.live.get(trace_id)
     sl = timeline.extract(a.model, a, view["start"], view["end"], MAX_ITEMS)
+    custom = p.get("customdata")
+    if isinstance(custom, str) and custom.startswith("counter:"):  # a point of a counter line
+        return _counter_panel(sl, custom, view["start"] + float(p.get("x", 0.0)) * 1000)
     if "base" not in p:  # a sync marker (x = its start, in ms from the range start)
         at = view["start"] + float(p.get("x", 0.0)) * 1000
         marks = sorted(sl.syncs, key=lambda m: abs(m.start_us - at))
@@ -152,6 +156,18 @@ def details(services: Services, trace_id: str, view: dict[str, float], click: di
         it.site[best] or "no call site in the trace",
     ]
     return _panel(it.name[best], [x for x in lines if x])
+
+
+def _counter_panel(sl: timeline.TimelineSlice, key: str, at_us: float) -> Any:
+    """A counter's value in force at the clicked time (the sample at or before it)."""
+    row = next((c for c in sl.counters if c.key == key), None)
+    if row is None or not len(row.ts_us):
+        return no_update
+    i = max(int(np.searchsorted(row.ts_us, at_us, side="right")) - 1, 0)
+    return _panel(
+        f"counter: {row.label}",
+        [f"{float(row.value[i]):,.6g} at {ms(at_us - sl.start_us)}", f"{row.samples:,} samples in view"],
+    )
 
 
 def _panel(title: str, lines: list[str]) -> html.Div:
