@@ -206,6 +206,18 @@ def summarize(
     return (main.id if main else None), summary
 
 
+def _unlinked_share(g: Graph, device: int | None, window: Window) -> float:
+    """Share of the device's busy time (in the window) from activities whose launch call is unknown."""
+    if device is None or not g.activities:
+        return 0.0
+    mine = (g.act_device == device) & (g.act_end > window.start_us) & (g.act_start < window.end_us)
+    s, e = intervals.union(g.act_start[mine], g.act_end[mine])
+    busy = intervals.total(*intervals.clip(s, e, window.start_us, window.end_us))
+    pinned = mine & (g.act_call < 0)
+    s, e = intervals.union(g.act_start[pinned], g.act_end[pinned])
+    return intervals.total(*intervals.clip(s, e, window.start_us, window.end_us)) / busy if busy > 0 else 0.0
+
+
 def analyze_model(
     model: TraceModel, options: Options | None = None, sidecar: Sidecar | None = None
 ) -> Analysis:
@@ -249,6 +261,12 @@ def analyze_model(
         notes = (
             f"device work launched inside the window ran {whatif.overrun_us / 1000:,.2f} ms past its end: "
             "the what-if replays include it, and their savings are against the recorded run",
+        )
+    pinned = _unlinked_share(graph, main, window)
+    if pinned >= 0.2:
+        notes += (
+            f"{pinned:.0%} of the device's busy time has no launch call in the trace: the what-if replays "
+            "keep that work at its recorded time, so what a faster device would save is understated",
         )
     if critical.stopped:
         notes += (f"critical path: {critical.stopped}",)

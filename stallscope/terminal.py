@@ -38,6 +38,14 @@ def render(a: Analysis, top: int = 3) -> str:
     return "\n".join(lines)
 
 
+def device_label(a: Analysis) -> str:
+    """The main device as its lanes name it ("GPU 0", "MTIA 17")."""
+    for lane in a.model.lanes:
+        if lane.on_device and lane.device == a.main_device and lane.kind == LaneKind.STREAM:
+            return lane.label.split(" stream ")[0]
+    return f"GPU {a.main_device}"
+
+
 def _verdict(a: Analysis) -> list[str]:
     s = a.summary
     if a.main_device is None:
@@ -47,7 +55,7 @@ def _verdict(a: Analysis) -> list[str]:
     if a.critical is None or s.bottleneck is None:
         return []
     gpu = (
-        f"GPU {a.main_device} utilization {s.device_utilization:.1%}"
+        f"{device_label(a)} utilization {s.device_utilization:.1%}"
         if a.main_device is not None
         else "no GPU work"
     )
