@@ -5,11 +5,31 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+import msgspec
+import numpy as np
+
 from analyzer.analysis import SCHEMA, Analysis, Summary
 from analyzer.counters import counters_json
+from analyzer.critical import Kind
 from analyzer.gaps import Gap
 from analyzer.sites import CallSite
 from analyzer.syncs import Sync
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars as Python numbers (the encoder's hook for types it does not know)."""
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"cannot encode {type(value).__name__} as JSON")
+
+
+_ENCODER = msgspec.json.Encoder(enc_hook=_plain)
+
+
+def encode_json(doc: Any) -> bytes:
+    """The analysis document as JSON text (indented one space, as before): msgspec's encoder, about 20x
+    faster than the standard library's on large documents. Non-finite numbers are written as ``null``."""
+    return msgspec.json.format(_ENCODER.encode(doc), indent=1)
 
 
 def _summary(s: Summary) -> dict[str, Any]:
@@ -131,19 +151,29 @@ def _critical(a: Analysis) -> dict[str, Any] | None:
     if cp is None:
         return None
     m = a.model
+    kinds = [k.value for k in Kind]
+    labels = [lane.label for lane in m.lanes]
+    names = m.events.name
     return {
         "length_us": cp.length_us,
         "breakdown_us": {k.value: v for k, v in cp.breakdown_us.items()},
         "bottleneck": cp.bottleneck.value,
         "segments": [
             {
-                "kind": s.kind.value,
-                "lane": m.lanes[s.lane].label,
-                "name": m.name_of(s.event) if s.event >= 0 else "",
-                "start_us": s.start_us,
-                "end_us": s.end_us,
+                "kind": kinds[k],
+                "lane": labels[lane],
+                "name": m.strings[int(names[e])] if e >= 0 else "",
+                "start_us": lo,
+                "end_us": hi,
             }
-            for s in cp.segments
+            for k, lane, e, lo, hi in zip(
+                cp.kind.tolist(),
+                cp.lane.tolist(),
+                cp.event.tolist(),
+                cp.start_us.tolist(),
+                cp.end_us.tolist(),
+                strict=True,
+            )
         ],
     }
 

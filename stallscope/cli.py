@@ -4,7 +4,6 @@ only it prints errors and chooses exit codes."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -63,12 +62,14 @@ def _run_analyze(args: argparse.Namespace) -> int:
 
 
 def _write_json(target: str, doc: object) -> None:
-    text = json.dumps(doc, indent=1, allow_nan=False)
+    from analyzer.output import encode_json
+
+    text = encode_json(doc)
     if target == "-":
-        sys.stdout.write(text + "\n")
+        sys.stdout.buffer.write(text + b"\n")
         return
     try:
-        Path(target).write_text(text + "\n")
+        Path(target).write_bytes(text + b"\n")
     except OSError as exc:
         raise UsageError(f"--json {target}: cannot write ({exc.strerror or exc})") from None
 
