@@ -199,7 +199,12 @@ class _Walk:
         handoff = self._handoff(lane, idx, below, max(end, self.start), t)
         if handoff is not None:
             other, at = handoff
-            return ("host", other, at, -1) if self.add(Kind.HOST, lane, -1, at, t) else None
+            if k >= 0:  # the thread resumed after the other finished
+                return ("host", other, at, -1) if self.add(Kind.HOST, lane, -1, at, t) else None
+            begun = min(max(self.anchor.get(lane, at), at), t)  # its own work since it began, then idle
+            if not self.host_work(lane, begun, t) or not self.add(Kind.IDLE, lane, -1, at, begun):
+                return None
+            return ("host", other, at, -1)
         if k < 0 or end <= self.start:
             return self._thread_start(lane, t)
         c = int(idx[k])

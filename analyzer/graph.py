@@ -164,7 +164,7 @@ def build_graph(model: TraceModel) -> Graph:
     act_waits, tol = inferred_waits(info, recorded, lat.typical, tol, streams)
     edges = start_edges(info, act_waits, lat)
     threads = Threads(model, call_lane, call_end)
-    hand = handoffs(threads, call_lane, call_start, call_gap)
+    hand = handoffs(threads, call_lane, call_start, call_gap, call_prev)
     blocking, waits = _blocking(model, calls, acts, act_call, act_lane, issue)
     awaited = np.full(len(calls), -np.inf)
     for c in np.flatnonzero(blocking != Blocking.NO).tolist():

@@ -221,11 +221,12 @@ def replay(g: Graph, f: Frame, costs: Costs) -> Replay:
                 gi = (gi - gap_input[i]) * hs + gap_input[i] * hs * ins
             s = base + gi
             d = dep[i]
-            if d >= 0:  # the stretch before this call waited for another thread
+            if d >= 0:  # the stretch before this call waited for another thread (or the thread began)
                 done = new_ce[d]
                 if done != done:
                     done = end_of(d)
-                s = max(s, done + (dep_gap[i] * hs if call_in[i] else dep_gap[i]))
+                after = done + (dep_gap[i] * hs if call_in[i] else dep_gap[i])
+                s = max(s, after) if p >= 0 else after
             new_cs[i] = s
             if not blocking[i] or i in no_wait:
                 new_ce[i] = s + (own[i] * hs if call_in[i] else own[i])

@@ -165,10 +165,14 @@ class CallHandoffs:
     own: F64  # the waiting thread's own work inside the stretch (its program-order gap from then on)
 
 
-def handoffs(threads: Threads, call_lane: I64, call_start: F64, call_gap: F64) -> CallHandoffs:
+def handoffs(
+    threads: Threads, call_lane: I64, call_start: F64, call_gap: F64, call_prev: I64
+) -> CallHandoffs:
     """For each call, whether the stretch before it (``call_gap`` long) was a wait for another thread.
     Only stretches long enough, on traces with two or more calling threads, are looked at, and only where
-    another thread had events inside them."""
+    another thread had events inside them. A thread's first call depends on the thread that was working
+    when the thread began (its first event), if one was: a thread that starts late was started, or
+    handed work, by another."""
     n = len(call_lane)
     dep = np.full(n, -1, dtype=np.int64)
     at = np.full(n, np.nan)
@@ -188,4 +192,10 @@ def handoffs(threads: Threads, call_lane: I64, call_start: F64, call_gap: F64) -
         h = threads.waited_for(lane, a, b)
         if h is not None:
             dep[c], at[c], own[c] = h.call, h.at, threads.own(lane, a, b)
+    begin = min((t.first for t in threads.lanes.values()), default=0.0)
+    for c in np.flatnonzero(call_prev < 0).tolist():  # each thread's first call
+        lane = int(call_lane[c])
+        h = threads.waited_for(lane, begin, min(threads.first(lane), float(call_start[c])))
+        if h is not None and h.call != c:
+            dep[c], at[c] = h.call, h.at
     return CallHandoffs(dep, at, own)

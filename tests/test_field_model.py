@@ -75,12 +75,15 @@ def test_the_critical_path_follows_the_thread_that_issued_the_work(write_trace: 
     # THEN the 8 ms the main thread sat in backward() are the autograd thread's host work on the path
     assert on_lane(a, Kind.HOST, AUTOGRAD) == pytest.approx(8_000, rel=0.05)
     assert on_lane(a, Kind.HOST, MAIN) < 2_200
-    # AND the graph records the handoff: the optimizer's first launch waited for the autograd thread
+    # AND the graph records both handoffs: the autograd thread began when the main thread handed it the
+    # backward pass, and the optimizer's first launch waited for the autograd thread
     g = a.graph
     assert g is not None
-    (c,) = np.flatnonzero(g.call_dep >= 0).tolist()
-    assert a.model.lanes[int(g.call_lane[c])].tid == str(MAIN) and g.call_start[c] == 9_202
-    assert a.model.lanes[int(g.call_lane[g.call_dep[c]])].tid == str(AUTOGRAD)
+    tid = {c: a.model.lanes[int(g.call_lane[c])].tid for c in range(g.calls)}
+    deps = {
+        (tid[c], float(g.call_start[c]), tid[int(g.call_dep[c])]) for c in np.flatnonzero(g.call_dep >= 0)
+    }
+    assert deps == {(str(AUTOGRAD), 1_052.0, str(MAIN)), (str(MAIN), 9_202.0, str(AUTOGRAD))}
     # AND the replay reproduces the window; a 2x faster host saves about half of it
     assert a.whatif is not None and a.whatif.replay_error < 0.01
     assert 4_000 <= a.whatif.sensitivity_us["host"] <= 5_500
@@ -100,7 +103,7 @@ def test_a_thread_that_ends_before_the_window_does_not_hold_its_end(write_trace:
     assert on_lane(a, Kind.SYNC, AUTOGRAD) > 0
     assert a.critical is not None and a.critical.breakdown_us[Kind.DEVICE] >= 3_000
     assert on_lane(a, Kind.HOST, MAIN) <= 2_100
-    assert a.summary.bottleneck == "device" and a.warnings == ()
+    assert a.summary.bottleneck in ("device", "balanced") and a.warnings == ()
 
 
 # ----- launch delays and waits on other streams -------------------------------------------------------
