@@ -4,7 +4,10 @@ Arrival is the rank's collective kernel start on the aligned clock: the moment t
 stream were ready. Every rank then waits inside the collective until the last one arrives, so a rank's
 wait is the last arrival minus its own. Why the last rank was late: over the interval since the previous
 collective, its own critical path spent time per kind (host, input, sync, device, launch, idle); the kind
-with the most time in excess of the other ranks' median is the cause, and its largest place the site.
+with the most time in excess of the other ranks' median is the cause and its largest place the site. Host
+or device work in excess while the rank blocked in syncs the others did not make is charged to the sync
+(the sync threw away the host's lead, so work the others overlapped became serial). When no kind explains
+a quarter of the lateness, the same is asked of its main device (busy, or idle by the cause of its gaps).
 """
 
 from __future__ import annotations
@@ -66,17 +69,29 @@ def _one(index: int, inst: Instance, by_rank: dict[int, RankTable], off: dict[in
 
 
 def _why(colls: dict[int, Collective], last: int, late: float) -> tuple[Kind | None, float, str | None]:
-    """The kind of critical-path work the last rank did in excess of the others before arriving."""
+    """The kind of work the last rank did in excess of the others before arriving (see the module doc)."""
     if late < MIN_LATE_US or len(colls) < 2:
         return None, 0.0, None
-    mine = colls[last].before_us
-    excess = []
-    for k in range(len(KINDS)):
-        typical = statistics.median(c.before_us[k] for r, c in colls.items() if r != last)
-        excess.append(mine[k] - typical)
-    best = max(range(len(KINDS)), key=lambda k: excess[k])
-    if excess[best] < MIN_EXPLAINED * late:
-        return None, 0.0, None  # nothing on its own critical path explains it (e.g. it started late)
-    kind = KINDS[best]
-    sites = [s for s in colls[last].sites if s.kind == kind]
-    return kind, min(excess[best], late), (sites[0].site if sites else None)
+    others = [c for r, c in colls.items() if r != last]
+    mine = colls[last]
+    for split in (_critical, _device):
+        excess = [split(mine)[k] - statistics.median(split(c)[k] for c in others) for k in range(len(KINDS))]
+        best = max(range(len(KINDS)), key=lambda k: excess[k])
+        if excess[best] < MIN_EXPLAINED * late:
+            continue
+        kind = KINDS[best]
+        extra_sync = mine.sync_wait_us - statistics.median(c.sync_wait_us for c in others)
+        if kind in (Kind.HOST, Kind.DEVICE) and extra_sync >= MIN_EXPLAINED * late:
+            # the work was not more than the others': a sync made the rank do it without the device ahead
+            return Kind.SYNC, min(excess[best], late), mine.sync_site
+        sites = [s for s in mine.sites if s.kind == kind]
+        return kind, min(excess[best], late), (sites[0].site if sites else None)
+    return None, 0.0, None  # nothing on its own timeline explains it (e.g. it started late)
+
+
+def _device(c: Collective) -> tuple[float, ...]:
+    return c.before_us
+
+
+def _critical(c: Collective) -> tuple[float, ...]:
+    return c.critical_us

@@ -41,8 +41,13 @@ class Collective:
     end_us: float
     step: int  # index into RankTable.steps, -1 outside every step
     interval_start_us: float  # the previous collective's end on this rank (or the window's start)
-    before_us: tuple[float, ...]  # critical-path time per kind (``KINDS`` order) in [interval start, start]
-    sites: tuple[SiteTime, ...]  # the largest places of that time, a few per kind
+    # the main device in [interval start, start], per kind (``KINDS`` order): busy as ``device``, idle by
+    # the cause of its gaps (sync, input, host, launch; dependency, unknown and short idle as ``idle``)
+    before_us: tuple[float, ...]
+    critical_us: tuple[float, ...]  # the rank's critical path in the same interval, per kind
+    sites: tuple[SiteTime, ...]  # the largest places of that time, a few per kind (gaps' call sites first)
+    sync_wait_us: float  # the host blocked in syncs that started in the interval
+    sync_site: str | None  # the call site (or op) of the longest of them
 
 
 @dataclass(frozen=True)
