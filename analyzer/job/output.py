@@ -95,6 +95,7 @@ def _instance(i: InstanceResult, *, full: bool) -> dict[str, Any]:
         "cause_us": i.cause_us,
         "site": i.site,
         "step": i.step,
+        "began_late_us": i.began_late_us,
         "first_arrival_us": i.first_arrival_us,
         "end_us": i.end_us,
     }

@@ -39,6 +39,9 @@ class InstanceResult:
     cause_us: float
     site: str | None  # where (call site or op), when known
     step: str | None  # the straggler's step it fell in
+    # how much later than the others' median the straggler's interval began (its previous collective's
+    # end, or its profiled window's start for its first collective): lateness carried in from before
+    began_late_us: float
     arrivals: tuple[Arrival, ...]
 
     @property
@@ -54,6 +57,8 @@ class InstanceResult:
             why = f", {_ms(self.cause_us)} of it in {self.cause.value}" + (
                 f" at {self.site}" if self.site else ""
             )
+        if self.cause is None and self.began_late_us >= 0.25 * self.late_us > 0:
+            why = f", having begun {_ms(self.began_late_us)} after the others (its window or previous collective)"
         others = len(self.arrivals) - 1
         mean = (self.wait_us / others) if others else 0.0
         return (

@@ -43,6 +43,8 @@ def _one(index: int, inst: Instance, by_rank: dict[int, RankTable], off: dict[in
         for r in sorted(arrive)
     )
     cause, cause_us, site = _why(colls, last, late)
+    began = {r: c.interval_start_us - off[r] for r, c in colls.items()}
+    began_late = began[last] - statistics.median(b for r, b in began.items() if r != last)
     mine = colls[last]
     steps = by_rank[last].steps
     sizes = [c.nelems for c in colls.values() if c.nelems >= 0]
@@ -64,6 +66,7 @@ def _one(index: int, inst: Instance, by_rank: dict[int, RankTable], off: dict[in
         cause_us=cause_us,
         site=site,
         step=steps[mine.step].name if 0 <= mine.step < len(steps) else None,
+        began_late_us=began_late,
         arrivals=arrivals,
     )
 
