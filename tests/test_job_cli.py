@@ -117,3 +117,16 @@ def test_real_dlrm_job_matches_collectives_across_all_eight_ranks(shared_traces:
     assert job.residual_max_us < 10.0
     assert all(i.skew_us > 0 for i in job.instances)
     assert job.instances[0].straggler == 7 and job.instances[0].skew_us > 1000.0
+
+
+def test_scheduler_option_uses_a_running_cluster(job_folder: Path, tmp_path: Path) -> None:
+    from dask.distributed import LocalCluster
+
+    with LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+    ) as cluster:
+        on_cluster, code = _analyze(tmp_path, str(job_folder), "--scheduler", cluster.scheduler_address)
+    assert code == 0
+    in_process, _ = _analyze(tmp_path, str(job_folder), "--workers", "1")
+    assert on_cluster["job"] == in_process["job"]
+    assert on_cluster["job"]["collectives"]["worst"][0]["straggler"] == 3
