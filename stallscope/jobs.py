@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from analyzer.analysis import Analysis, analyze_model
-from analyzer.errors import TraceError, UsageError
+from analyzer.errors import StallscopeError, TraceError, UsageError
 from analyzer.job.discover import job_files
 from analyzer.job.execute import Execution, reduce_all
 from analyzer.job.result import JobAnalysis
@@ -33,7 +33,9 @@ def load_and_analyse_job(
     tables, failures = reduce_all(files, how, say)
     tables, notes = dedupe(tables)
     if not tables:
-        raise TraceError(" ".join(inputs), f"none of {len(files)} rank files loads ({failures[0].error})")
+        if len(failures) == 1:
+            raise StallscopeError(failures[0].error)
+        raise TraceError(" ".join(inputs), f"none of {len(files)} trace files loads ({failures[0].error})")
     chosen = (
         min(tables, key=lambda t: t.rank)
         if rank is None
