@@ -19,7 +19,7 @@ from dashboard import palette
 Doc = dict[str, Any]
 MAX_SKEW_CHARTS = 6  # collectives drawn (the costliest by waiting)
 MAX_BARS = 400  # instances per skew chart (the costliest when there are more)
-_METRICS = (
+METRICS = (
     ("wall_us", "step wall", palette.HOST),
     ("device_idle_us", "device idle", palette.UNKNOWN),
     ("collective_wait_us", "waiting in collectives", palette.SYNC),
@@ -29,7 +29,7 @@ _METRICS = (
 def job_context(job: Doc) -> Doc:
     """What the template's job section shows, and the skew figures (name -> figure JSON)."""
     return {
-        "heatmaps": [_heatmap(job, key, label, colour) for key, label, colour in _METRICS],
+        "heatmaps": [heatmap(job, key) for key, _, _ in METRICS],
         "findings": job["findings"],
         "worst": job["collectives"]["worst"][:5],
         "whatif": job["whatif"],
@@ -100,7 +100,9 @@ def _skew(group: str, name: str, items: list[Doc]) -> go.Figure:
     return fig
 
 
-def _heatmap(job: Doc, key: str, label: str, colour: str) -> Doc:
+def heatmap(job: Doc, key: str) -> Doc:
+    """One metric of the rank x step grid: steps, rows of cells (value and shade) and the largest value."""
+    label, colour = next((lbl, c) for k, lbl, c in METRICS if k == key)
     cells = job["heatmap"]
     steps = list(dict.fromkeys(c["step"] for c in cells))
     values = {(c["rank"], c["step"]): float(c[key]) for c in cells}

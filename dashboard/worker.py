@@ -13,6 +13,7 @@ import multiprocessing
 import os
 import threading
 import time
+from pathlib import Path
 
 from analyzer.errors import StallscopeError
 from dashboard.store import Store
@@ -22,6 +23,8 @@ def analyse_entry(root: str, trace_id: str) -> str:
     """Load, analyse and store one entry of the store at ``root``; returns its final status. Never raises
     for a bad trace: the error is recorded in the entry."""
     from analyzer.analysis import analyze
+    from analyzer.job.loaded import job_of_set
+    from analyzer.job.output import job_json
     from analyzer.loader import load
     from analyzer.output import to_json
 
@@ -36,6 +39,12 @@ def analyse_entry(root: str, trace_id: str) -> str:
         result = analyze(traces)
         doc = to_json(result)
         doc["source"]["path"] = entry.name  # never show the server's folders
+        if len(traces.models) > 1:
+            say("analysing the job")
+        job = job_of_set(traces, result)
+        doc["job"] = job_json(job) if job else None
+        for rank in doc["job"]["ranks"] if doc["job"] else ():
+            rank["path"] = Path(rank["path"]).name
         say("saving")
         store.save_result(trace_id, result.model, doc)
     except StallscopeError as exc:
