@@ -130,3 +130,14 @@ def test_scheduler_option_uses_a_running_cluster(job_folder: Path, tmp_path: Pat
     in_process, _ = _analyze(tmp_path, str(job_folder), "--workers", "1")
     assert on_cluster["job"] == in_process["job"]
     assert on_cluster["job"]["collectives"]["worst"][0]["straggler"] == 3
+
+
+def test_a_local_cluster_listens_on_loopback_only() -> None:
+    from analyzer.job.execute import _client
+
+    with _client(Execution(workers=2)) as client:
+        info = client.scheduler_info()
+        addresses = [info["address"], *info["workers"]]
+        http = client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.http_server.address)
+    assert len(addresses) == 3 and all(a.startswith("tcp://127.0.0.1:") for a in addresses)
+    assert http == "127.0.0.1"

@@ -94,7 +94,8 @@ def _client(how: Execution) -> Iterator[Any]:
         threads_per_worker=1,
         processes=True,
         host="127.0.0.1",
-        dashboard_address=None,
+        dashboard_address=None,  # no dashboard; its HTTP endpoints on a free loopback port, not 8787
+        scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
         silence_logs=logging.ERROR,
     )
     with cluster, Client(cluster) as client:  # type: ignore[no-untyped-call]
