@@ -3,8 +3,8 @@
     .venv/bin/python benchmarks/bench_job.py [--ranks 64 256] [--workers 1 2 N] [--skip-hta]
 
 Each job rank r is DLRM rank r % 8 re-ranked (``distributedInfo``: rank r, world size n). Two planted
-stragglers: every event of rank 13 (and, in the 256-rank job, of rank 200) from its fifth collective on is
-shifted 2 ms later, so that collective waits for it. Each configuration runs in a fresh process with an
+stragglers: every event of rank 13 from its fifth collective kernel on is shifted 2 ms later, and (in the
+256-rank job) of rank 200 from its seventh on 3 ms later, so those collectives wait for them. Each configuration runs in a fresh process with an
 empty cache (every rank is parsed and analysed):
 
   stallscope, workers 1   the ranks one after another in the process (no cluster)
@@ -32,9 +32,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from bench_load import SHARED, WORK, hta_python, hta_version  # noqa: E402
 
 DLRM = SHARED / "traces" / "param_dlrm_v100_8rank"
-DELAY_US = 2000.0
-PLANTED_AT = 4  # the fifth collective kernel of the rank
-PLANTED = (13, 200)
+PLANTED = {13: (4, 2000.0), 200: (6, 3000.0)}  # rank -> (its k-th collective kernel, delay µs)
 
 CHILD_OURS = r"""
 import json, pickle, resource, sys, time
@@ -47,6 +45,11 @@ workers = int(sys.argv[2])
 files = job_files([sys.argv[1]])
 how = Execution(workers=None if workers == 1 else workers, use_cache=False)
 worker_rss = []
+worker_cpu = []
+def usage():
+    import resource
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_maxrss, r.ru_utime + r.ru_stime
 if workers > 1:
     import analyzer.job.execute as ex
     from contextlib import contextmanager
@@ -55,8 +58,9 @@ if workers > 1:
     def measuring(h):
         with real(h) as client:
             yield client
-            got = client.run(lambda: __import__("resource").getrusage(__import__("resource").RUSAGE_SELF).ru_maxrss)
-            worker_rss.extend(v / 1024 for v in got.values())
+            got = client.run(usage)
+            worker_rss.extend(v[0] / 1024 for v in got.values())
+            worker_cpu.extend(v[1] for v in got.values())
     ex._client = measuring
 t1 = time.perf_counter()
 tables, failed = reduce_all(files, how)
@@ -65,11 +69,13 @@ tables, _ = dedupe(tables)
 job = analyze_job(tables, failed)
 t3 = time.perf_counter()
 late = sorted({i.straggler for i in job.instances if i.late_us >= 1000})
+self_use = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({"ranks": len(tables), "failed": len(failed), "reduce_s": t2 - t1, "job_s": t3 - t2,
                   "wall_s": t3 - t1, "import_s": t1 - t0, "tables_kb": len(pickle.dumps(tables)) / 1024,
                   "instances": len(job.instances), "late_ranks": late,
                   "main_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                  "worker_rss_mb": worker_rss}))
+                  "worker_rss_mb": worker_rss,
+                  "cpu_s": self_use.ru_utime + self_use.ru_stime + sum(worker_cpu)}))
 """
 
 CHILD_HTA = r"""
@@ -80,7 +86,9 @@ from hta.trace_analysis import TraceAnalysis
 t1 = time.perf_counter()
 analysis = TraceAnalysis(trace_dir=sys.argv[1])
 t2 = time.perf_counter()
+me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
 print(json.dumps({"ranks": len(analysis.t.get_ranks()), "wall_s": t2 - t1, "import_s": t1 - t0,
+                  "cpu_s": me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime,
                   "main_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   "children_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))
 """
@@ -100,7 +108,9 @@ def _shift_from_collective(doc: dict[str, Any], k: int, delay: float) -> None:
         key=lambda e: e["ts"],
     )
     corr = kernels[k]["args"]["correlation"]
-    launch = next(e for e in events if e.get("cat") == "cuda_runtime" and e["args"].get("correlation") == corr)
+    launch = next(
+        e for e in events if e.get("cat") == "cuda_runtime" and e["args"].get("correlation") == corr
+    )
     # the host op that made the collective starts a little before its launch call
     cut = launch["ts"] - 100.0
     for e in events:
@@ -119,7 +129,7 @@ def make_job(n: int) -> Path:
         doc = json.loads(json.dumps(sources[r % 8]))
         doc["distributedInfo"] = doc["distributedInfo"] | {"rank": r, "world_size": n}
         if r in PLANTED:
-            _shift_from_collective(doc, PLANTED_AT, DELAY_US)
+            _shift_from_collective(doc, *PLANTED[r])
         (out / f"rank{r}.pt.trace.json.gz").write_bytes(gzip.compress(json.dumps(doc).encode(), 6))
     (out / "done").write_text("")
     return out
@@ -157,8 +167,11 @@ def main(argv: list[str] | None = None) -> int:
             r = run_child(hta_python(), CHILD_HTA, str(job))
             rows.append((n, f"HTA {hta_version(hta_python())} TraceAnalysis", r))
             print(n, "hta", json.dumps(r), flush=True)
-    print("\n| ranks | run | wall s | main peak RSS MB | per-worker peak RSS MB | rank tables KB | stragglers found |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "\n| ranks | run | wall s | CPU s (all processes) | main peak RSS MB | per-worker peak RSS MB "
+        "| rank tables KB | stragglers found |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     for n, name, r in rows:
         workers = r.get("worker_rss_mb") or []
         per = f"{min(workers):.0f}-{max(workers):.0f}" if workers else "-"
@@ -167,7 +180,10 @@ def main(argv: list[str] | None = None) -> int:
         late = r.get("late_ranks")
         found = "-" if late is None else ", ".join(map(str, late))
         tables = f"{r['tables_kb']:.0f}" if "tables_kb" in r else "-"
-        print(f"| {n} | {name} | {r['wall_s']:.1f} | {r['main_rss_mb']:.0f} | {per} | {tables} | {found} |")
+        print(
+            f"| {n} | {name} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {r['main_rss_mb']:.0f} | {per} "
+            f"| {tables} | {found} |"
+        )
     return 0
 
 
