@@ -141,3 +141,23 @@ def test_a_local_cluster_listens_on_loopback_only() -> None:
         http = client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.http_server.address)
     assert len(addresses) == 3 and all(a.startswith("tcp://127.0.0.1:") for a in addresses)
     assert http == "127.0.0.1"
+
+
+def test_an_unexpected_error_on_one_rank_is_that_ranks_failure(
+    job_folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import analyzer.job.execute as execute
+
+    real = execute.reduce_file
+
+    def flaky(path: str, use_cache: bool = True) -> object:
+        if path.endswith("rank1.pt.trace.json.gz"):
+            raise KeyError("boom")
+        return real(path, use_cache)
+
+    monkeypatch.setattr(execute, "reduce_file", flaky)
+    tables, failed = reduce_all(sorted(job_folder.glob("*.json.gz")), Execution(use_cache=False))
+    assert sorted(t.rank for t in tables) == [0, 2, 3]
+    assert len(failed) == 1 and failed[0].error.endswith(
+        "rank1.pt.trace.json.gz: analysis failed (KeyError: 'boom')"
+    )

@@ -50,7 +50,10 @@ def reduce_all(
     results: list[RankTable | RankFailure] = []
     if not how.distributed:
         for p in paths:
-            results.append(reduce_file(p, how.use_cache))
+            try:
+                results.append(reduce_file(p, how.use_cache))
+            except Exception as exc:  # a bug on one rank: that rank's error, as on a worker
+                results.append(RankFailure(p, _failed(p, exc)))
             tell(f"ranks analysed {len(results)}/{len(paths)}")
     else:
         with _client(how) as client:
@@ -71,9 +74,13 @@ def _on_dask(client: Any, paths: list[str], use_cache: bool, tell: Say) -> list[
             out.append(fut.result())
         except Exception as exc:  # a worker that died or a bug on one rank: that rank's error only
             p = path_of[fut.key]
-            out.append(RankFailure(p, f"{p}: worker failed ({type(exc).__name__}: {exc})".splitlines()[0]))
+            out.append(RankFailure(p, _failed(p, exc)))
         tell(f"ranks analysed {len(out)}/{len(paths)}")
     return out
+
+
+def _failed(path: str, exc: BaseException) -> str:
+    return f"{path}: analysis failed ({type(exc).__name__}: {exc})".splitlines()[0]
 
 
 @contextmanager
