@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from analyzer.job.result import JobAnalysis
+from analyzer.job.stragglers import MIN_LATE_US
 from stallscope.terminal import ms
 
 TOP_RANKS = 5
@@ -19,7 +20,7 @@ def render_job(j: JobAnalysis, top: int = 3) -> str:
             f"            ranks waited {ms(j.collective_wait_us)} in collectives in all ({share:.0%} of rank time)"
         )
         worst = j.worst(1)[0]
-        if worst.late_us > 0:
+        if worst.late_us >= MIN_LATE_US:
             lines.append(f"            worst: {worst.sentence}")
     for i, f in enumerate(j.findings[:top], 1):
         label = "  straggle" if i == 1 else "          "

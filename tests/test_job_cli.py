@@ -161,3 +161,18 @@ def test_an_unexpected_error_on_one_rank_is_that_ranks_failure(
     assert len(failed) == 1 and failed[0].error.endswith(
         "rank1.pt.trace.json.gz: analysis failed (KeyError: 'boom')"
     )
+
+
+@pytest.mark.shared
+def test_collective_args_of_a_real_nccl_trace_identify_its_collectives(shared_traces: Path) -> None:
+    from analyzer.job.reduce import reduce_file
+
+    path = shared_traces / "hta_a100_nccl_2rank_rank0.pt.trace.json.gz"
+    table = reduce_file(str(path), use_cache=False)
+    assert isinstance(table, RankTable) and table.rank == 0 and table.world_size == 2
+    names = {c.name for c in table.collectives}
+    assert names == {"allreduce", "broadcast"}
+    assert all(c.group == "0" and c.dtype in ("Float", "Long") and c.nelems > 0 for c in table.collectives)
+    allreduce = [c for c in table.collectives if c.name == "allreduce"]
+    assert {c.nelems for c in allreduce} >= {2049000, 7875584, 6563840}
+    assert table.overlap.comm_us > 0 and table.overlap.compute_us > table.overlap.comm_us

@@ -45,7 +45,11 @@ ADVICE: dict[str, str] = {
         "Kernel launches held it back: fewer, larger kernels (fusion, `torch.compile`, CUDA graphs)."
     ),
     Kind.IDLE.value: "Its critical path waited on other streams: look at its own timeline before the collective.",
-    "unknown": "No kind of work explains it from this rank's trace: compare its timeline with a punctual rank's.",
+    "unknown": (
+        "No kind of work in the interval explains it from this rank's trace. When it began the interval late, "
+        "the delay came from before (the previous step, or its profiler started later): compare its "
+        "timeline with a punctual rank's there."
+    ),
 }
 
 
@@ -183,6 +187,9 @@ def _findings(instances: tuple[InstanceResult, ...], wall: float, nranks: int) -
         severity = Severity.HIGH if share >= 0.1 else Severity.MEDIUM if share >= 0.02 else Severity.LOW
         where = f" at {site}" if site else ""
         what = f", {_ms(cause_us)} of it in {cause}{where}" if cause != "unknown" else ""
+        began = sum(max(i.began_late_us, 0.0) for i in group)
+        if cause == "unknown" and began >= 0.25 * late:
+            what = f", having begun {_ms(began)} after the others (carried in from before)"
         title = (
             f"rank {rank} reached {len(group)} collective{'s' if len(group) > 1 else ''} late "
             f"({_ms(late)} in total; worst {worst.label} {_ms(worst.late_us)}){what}; "
