@@ -22,8 +22,7 @@ from dashboard.store import Store
 def analyse_entry(root: str, trace_id: str) -> str:
     """Load, analyse and store one entry of the store at ``root``; returns its final status. Never raises
     for a bad trace: the error is recorded in the entry."""
-    from analyzer.analysis import analyze
-    from analyzer.job.loaded import job_of_set
+    from analyzer.job.loaded import analyse_set
     from analyzer.job.output import job_json
     from analyzer.loader import load
     from analyzer.output import to_json
@@ -35,13 +34,10 @@ def analyse_entry(root: str, trace_id: str) -> str:
     try:
         say("loading")
         traces = load(path, use_cache=False, progress=say)
-        say("analysing")
-        result = analyze(traces)
+        say("analysing" if len(traces.models) < 2 else f"analysing {len(traces.models)} ranks and the job")
+        result, job = analyse_set(traces)
         doc = to_json(result)
         doc["source"]["path"] = entry.name  # never show the server's folders
-        if len(traces.models) > 1:
-            say("analysing the job")
-        job = job_of_set(traces, result)
         doc["job"] = job_json(job) if job else None
         for rank in doc["job"]["ranks"] if doc["job"] else ():
             rank["path"] = Path(rank["path"]).name

@@ -84,3 +84,16 @@ def test_a_single_trace_has_no_job_page(services: Services, uploaded: tuple[str,
     trace_id = _upload(services, "rank0.pt.trace.json.gz", (folder / "rank0.pt.trace.json.gz").read_bytes())
     assert services.store.analysis(trace_id)["job"] is None
     assert "a single rank: no job to analyse" in _texts(render(services, f"/trace/{trace_id}/job"))
+
+
+def test_analyse_set_gives_what_analyze_gives_plus_the_job(uploaded: tuple[str, Path]) -> None:
+    from analyzer.analysis import analyze
+    from analyzer.job.loaded import analyse_set
+    from analyzer.loader import load
+    from analyzer.output import to_json
+
+    _, folder = uploaded
+    traces = load(folder, use_cache=False)
+    result, job = analyse_set(traces, 1)
+    assert to_json(result) == to_json(analyze(traces, 1))
+    assert job is not None and job.ranks == (0, 1, 2) and job.instances[1].straggler == 2
