@@ -176,3 +176,16 @@ def test_collective_args_of_a_real_nccl_trace_identify_its_collectives(shared_tr
     allreduce = [c for c in table.collectives if c.name == "allreduce"]
     assert {c.nelems for c in allreduce} >= {2049000, 7875584, 6563840}
     assert table.overlap.comm_us > 0 and table.overlap.compute_us > table.overlap.comm_us
+
+
+def test_two_files_of_one_rank_keep_the_newest_and_say_so(job_folder: Path, tmp_path: Path) -> None:
+    rank1 = (job_folder / "rank1.pt.trace.json.gz").read_bytes()
+    (job_folder / "rank1.1700000000001.pt.trace.json.gz").write_bytes(rank1)
+    doc, code = _analyze(tmp_path, str(job_folder))
+    assert code == 0
+    assert [r["rank"] for r in doc["job"]["ranks"]] == [0, 1, 2, 3]
+    assert doc["job"]["ranks"][1]["path"].endswith("rank1.1700000000001.pt.trace.json.gz")
+    assert (
+        "rank 1: using rank1.1700000000001.pt.trace.json.gz, ignoring rank1.pt.trace.json.gz"
+        in doc["job"]["notes"]
+    )

@@ -5,6 +5,7 @@ It sees only the ranks' tables, so its memory grows with ranks x collectives, ne
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
@@ -100,7 +101,7 @@ def dedupe(tables: list[RankTable]) -> tuple[list[RankTable], list[str]]:
     files without ``distributedInfo`` are numbered after the known ranks."""
     by_rank: dict[int, RankTable] = {}
     notes: list[str] = []
-    for t in sorted((t for t in tables if t.rank >= 0), key=lambda t: Path(t.path).name):
+    for t in sorted((t for t in tables if t.rank >= 0), key=lambda t: _file_order(t.path)):
         if t.rank in by_rank:
             old = Path(by_rank[t.rank].path).name
             notes.append(f"rank {t.rank}: using {Path(t.path).name}, ignoring {old}")
@@ -110,6 +111,13 @@ def dedupe(tables: list[RankTable]) -> tuple[list[RankTable], list[str]]:
         by_rank[nxt] = replace(t, rank=nxt)
         nxt += 1
     return [by_rank[r] for r in sorted(by_rank)], notes
+
+
+def _file_order(path: str) -> tuple[int, str]:
+    """The profiler's timestamp in a rank file's name (``worker0.1694128201545.pt.trace.json``), then
+    the name: the loader's order, so both pick the same file of a rank."""
+    stamp = re.findall(r"\.(\d{10,})\.", Path(path).name)
+    return (int(stamp[-1]) if stamp else 0, Path(path).name)
 
 
 def _steps(tables: list[RankTable], off: dict[int, float]) -> tuple[JobStep, ...]:
