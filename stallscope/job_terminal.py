@@ -7,6 +7,7 @@ from analyzer.job.stragglers import MIN_LATE_US
 from stallscope.terminal import ms
 
 TOP_RANKS = 5
+MAX_STEPS = 6  # job steps listed (the slowest when there are more)
 
 
 def render_job(j: JobAnalysis, top: int = 3) -> str:
@@ -35,7 +36,13 @@ def render_job(j: JobAnalysis, top: int = 3) -> str:
         lines.append(
             f"  job what-if {w.scenario}: {ms(w.predicted_wall_us)}, saves {ms(w.saving_us)} ({pct:.0%})"
         )
-    for s in j.steps:
+    shown = sorted(j.steps, key=lambda s: -s.wall_us)[:MAX_STEPS] if len(j.steps) > MAX_STEPS else j.steps
+    if len(shown) < len(j.steps):
+        walls = sorted(s.wall_us for s in j.steps)
+        lines.append(
+            f"  job steps {len(walls)}: median wall {ms(walls[len(walls) // 2])}, max {ms(walls[-1])}; the slowest:"
+        )
+    for s in shown:
         lines.append(f"  job step  {s.name:<20} wall {ms(s.wall_us)} over {s.ranks} ranks")
     overlap = ", ".join(
         f"{s.rank}: {s.overlap.overlapped_us / s.overlap.comm_us:.0%}"
