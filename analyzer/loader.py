@@ -134,6 +134,11 @@ def _read(path: Path) -> bytes:
         raise TraceError(str(path), f"cannot read ({exc.strerror or exc})") from None
 
 
+def read_json_bytes(path: Path) -> bytes:
+    """The file's JSON text, gunzipped when it is gzip; ``TraceError`` when it cannot be read."""
+    return _json_bytes(_read(path), path)
+
+
 def _json_bytes(data: bytes, path: Path) -> bytes:
     """The file's JSON bytes, gunzipped when it is gzip (by content, not by name)."""
     if data[:2] != _GZIP_MAGIC:

@@ -27,8 +27,10 @@ from markupsafe import Markup
 
 from analyzer.analysis import Analysis
 from analyzer.critical import VERDICT
+from analyzer.job.output import job_json
+from analyzer.job.result import JobAnalysis
 from analyzer.output import to_json
-from dashboard import charts, palette, timeline
+from dashboard import charts, job_report, palette, timeline
 from dashboard.headline import best_saving, cpu_only
 
 Progress = Callable[[str], None]
@@ -63,8 +65,14 @@ def ms(us: float) -> str:
     return f"{us / 1000:,.2f} ms" if abs(us) >= 1000 else f"{us:,.1f} µs"
 
 
-def render(analysis: Analysis, options: ReportOptions | None = None, progress: Progress | None = None) -> str:
-    """The report of ``analysis`` as one HTML document (plotly.js inlined unless ``options.cdn``)."""
+def render(
+    analysis: Analysis,
+    options: ReportOptions | None = None,
+    progress: Progress | None = None,
+    job: JobAnalysis | None = None,
+) -> str:
+    """The report of ``analysis`` as one HTML document (plotly.js inlined unless ``options.cdn``); with
+    ``job``, the whole job's section too (``dashboard.job_report``)."""
     opts = options or ReportOptions()
     say = progress or (lambda _msg: None)
     say("report: collecting the analysis")
@@ -81,6 +89,9 @@ def render(analysis: Analysis, options: ReportOptions | None = None, progress: P
         "steps": _fig(charts.steps_stacked(doc)) if doc["devices"] else None,  # busy/idle needs a device
         "pipeline": _fig(charts.pipeline(doc)),
     }
+    job_doc = job_json(job) if job is not None else None
+    if job_doc is not None:
+        figures.update(job_report.skew_figures(job_doc))
     context = {
         "title": _title(analysis, doc),
         "doc": doc,
@@ -92,6 +103,7 @@ def render(analysis: Analysis, options: ReportOptions | None = None, progress: P
         "pipeline": doc["pipeline"],
         "source": _source(analysis, doc, opts),
         "timelines": timelines,
+        "job": job_report.job_context(job_doc) if job_doc is not None else None,
         "figures": figures,
         "plot_config": _PLOT_CONFIG,
         "palette": {"causes": dict(palette.CAUSE_COLORS), "kinds": dict(palette.KIND_COLORS)},
@@ -113,9 +125,10 @@ def write(
     path: str | Path,
     options: ReportOptions | None = None,
     progress: Progress | None = None,
+    job: JobAnalysis | None = None,
 ) -> int:
     """Render and write the report; returns its size in bytes. ``OSError`` is the caller's to report."""
-    text = render(analysis, options, progress)
+    text = render(analysis, options, progress, job)
     data = text.encode("utf-8")
     Path(path).write_bytes(data)
     return len(data)

@@ -13,6 +13,7 @@ import multiprocessing
 import os
 import threading
 import time
+from pathlib import Path
 
 from analyzer.errors import StallscopeError
 from dashboard.store import Store
@@ -21,7 +22,8 @@ from dashboard.store import Store
 def analyse_entry(root: str, trace_id: str) -> str:
     """Load, analyse and store one entry of the store at ``root``; returns its final status. Never raises
     for a bad trace: the error is recorded in the entry."""
-    from analyzer.analysis import analyze
+    from analyzer.job.loaded import analyse_set
+    from analyzer.job.output import job_json
     from analyzer.loader import load
     from analyzer.output import to_json
 
@@ -32,10 +34,13 @@ def analyse_entry(root: str, trace_id: str) -> str:
     try:
         say("loading")
         traces = load(path, use_cache=False, progress=say)
-        say("analysing")
-        result = analyze(traces)
+        say("analysing" if len(traces.models) < 2 else f"analysing {len(traces.models)} ranks and the job")
+        result, job = analyse_set(traces)
         doc = to_json(result)
         doc["source"]["path"] = entry.name  # never show the server's folders
+        doc["job"] = job_json(job) if job else None
+        for rank in doc["job"]["ranks"] if doc["job"] else ():
+            rank["path"] = Path(rank["path"]).name
         say("saving")
         store.save_result(trace_id, result.model, doc)
     except StallscopeError as exc:

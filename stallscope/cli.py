@@ -24,7 +24,25 @@ class Command:
 
 
 def _configure_analyze(p: argparse.ArgumentParser) -> None:
-    p.add_argument("trace", help="trace file (.json, .json.gz), folder of rank files, or stallscope bundle")
+    p.add_argument(
+        "trace",
+        nargs="+",
+        help="trace file (.json, .json.gz), folder of rank files, stallscope bundle, or several / a glob (a job)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        nargs="?",
+        const=0,
+        default=None,
+        metavar="N",
+        help="analyse a job's ranks on a local Dask cluster of N worker processes (default: one per core)",
+    )
+    p.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="analyse a job's ranks on an existing Dask cluster (tcp://HOST:8786)",
+    )
     p.add_argument(
         "--json",
         metavar="OUT",
@@ -40,20 +58,31 @@ def _configure_analyze(p: argparse.ArgumentParser) -> None:
 
 def _run_analyze(args: argparse.Namespace) -> int:
     from analyzer import cache
+    from analyzer.job.execute import Execution, default_workers
+    from analyzer.job.output import job_json
     from analyzer.output import to_json
-    from stallscope.analysing import load_and_analyse
+    from stallscope.job_terminal import render_job
+    from stallscope.jobs import load_and_analyse_job
     from stallscope.progress import Progress
     from stallscope.terminal import render
 
+    if args.workers is not None and args.workers < 0:
+        raise UsageError(f"--workers {args.workers}: give a number of worker processes (1 or more)")
+    if args.workers is not None and args.scheduler:
+        raise UsageError("--workers and --scheduler: give one (a new local cluster, or an existing one)")
+    workers = (args.workers or default_workers()) if args.workers is not None else None
+    how = Execution(workers, args.scheduler, not args.no_cache)
     progress = Progress(enabled=not args.quiet)
     try:
-        result = load_and_analyse(args.trace, args.rank, not args.no_cache, progress)
+        result, job = load_and_analyse_job(args.trace, args.rank, how, progress)
     finally:
         progress.done()
     if args.json:
-        _write_json(args.json, to_json(result))
+        _write_json(args.json, to_json(result) | {"job": job_json(job) if job else None})
     if not args.quiet and args.json != "-":
         print(render(result, args.top))
+        if job:
+            print(render_job(job, args.top))
         if args.json:
             print(f"  json      {args.json}")
     sys.stdout.flush()

@@ -1,6 +1,7 @@
 """``stallscope report TRACE|BUNDLE [-o report.html] [--cdn]``: one self-contained HTML report.
 
-Loads and analyses the trace as ``stallscope analyze`` does, then renders ``dashboard.report``. Errors are
+Loads and analyses the trace as ``stallscope analyze`` does (a multi-rank folder: the chosen rank and the
+whole job, its ranks one after another), then renders ``dashboard.report``. Errors are
 raised as ``StallscopeError`` for ``stallscope.cli.main`` to report (one line, exit code 2).
 """
 
@@ -52,17 +53,19 @@ def _check_writable(out: Path) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from analyzer import cache
+    from analyzer.job.execute import Execution
     from dashboard import report
-    from stallscope.analysing import load_and_analyse
+    from stallscope.jobs import load_and_analyse_job
     from stallscope.progress import Progress
 
     out = Path(args.output) if args.output else default_output(args.trace)
     _check_writable(out)
     progress = Progress(enabled=not args.quiet)
     try:
-        result = load_and_analyse(args.trace, args.rank, not args.no_cache, progress)
+        how = Execution(use_cache=not args.no_cache)
+        result, job = load_and_analyse_job([args.trace], args.rank, how, progress)
         try:
-            size = report.write(result, out, report.ReportOptions(cdn=args.cdn), progress)
+            size = report.write(result, out, report.ReportOptions(cdn=args.cdn), progress, job)
         except OSError as exc:
             raise UsageError(f"-o {out}: cannot write ({exc.strerror or exc})") from None
     finally:

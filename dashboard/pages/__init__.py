@@ -8,6 +8,7 @@ URL, so tests call it directly; each page module has ``layout(...)`` and ``regis
     /trace/<id>/timeline       timeline explorer (server-side windowing)
     /trace/<id>/syncs|gaps|steps   tables with filters
     /trace/<id>/whatif         scenarios: predicted time and the re-timed device streams
+    /trace/<id>/job            a rank folder's whole job: stragglers, skew per collective, rank x step heatmaps
     /compare?a=<id>&b=<id>     two traces side by side
 """
 
@@ -18,7 +19,7 @@ from urllib.parse import parse_qs
 
 from dash import Dash, Input, Output, State, html, no_update
 
-from dashboard.pages import compare, explorer, overview, tables, traces, whatif
+from dashboard.pages import compare, explorer, job, overview, tables, traces, whatif
 from dashboard.pages.common import Shell, message, progress_text, ready_entry
 from dashboard.services import Services
 from dashboard.store import Status, StoreError
@@ -30,6 +31,7 @@ _TRACE_PAGES = {
     "gaps": tables.gaps_layout,
     "steps": tables.steps_layout,
     "whatif": whatif.layout,
+    "job": job.layout,
 }
 
 
@@ -90,5 +92,5 @@ def register(app: Dash, services: Services) -> None:
     def pending(_n: int, trace_id: str | None, pathname: str | None, search: str | None) -> tuple[Any, Any]:
         return poll_pending(services, trace_id, pathname, search)
 
-    for module in (traces, overview, explorer, tables, whatif, compare):
+    for module in (traces, overview, explorer, tables, whatif, job, compare):
         module.register(app, services)

@@ -104,6 +104,7 @@ TRACE_TABS = (
     ("/gaps", "Gaps"),
     ("/steps", "Steps"),
     ("/whatif", "What-if"),
+    ("/job", "Job"),
 )
 
 

@@ -1,0 +1,58 @@
+"""Load and analyse what ``analyze`` was given: one rank as before, or a whole job (two or more rank
+files) whose ranks are reduced in this process or on Dask, plus the chosen rank's full analysis."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from analyzer.analysis import Analysis, analyze_model
+from analyzer.errors import StallscopeError, TraceError, UsageError
+from analyzer.job.discover import job_files
+from analyzer.job.execute import Execution, reduce_all
+from analyzer.job.result import JobAnalysis
+from analyzer.job.verdict import analyze_job, dedupe
+from analyzer.loader import load_file
+from stallscope.analysing import load_and_analyse
+from stallscope.progress import Progress
+
+
+def load_and_analyse_job(
+    inputs: list[str], rank: int | None, how: Execution, progress: Progress | None = None
+) -> tuple[Analysis, JobAnalysis | None]:
+    """A single rank (one file or bundle): today's analysis and no job. Two or more rank files: every
+    rank reduced (``how``), the job analysis, and the full analysis of ``rank`` (default: the lowest)
+    whose ``per_rank`` holds every rank's summary."""
+    files = job_files(inputs)
+    if len(files) < 2:
+        return load_and_analyse(
+            inputs[0] if len(inputs) == 1 else str(files[0]), rank, how.use_cache, progress
+        ), None
+    say = progress or (lambda _m: None)
+    say(f"ranks analysed 0/{len(files)}")
+    tables, failures = reduce_all(files, how, say)
+    tables, notes = dedupe(tables)
+    if not tables:
+        if len(failures) == 1:
+            raise StallscopeError(failures[0].error)
+        raise TraceError(" ".join(inputs), f"none of {len(files)} trace files loads ({failures[0].error})")
+    chosen = (
+        min(tables, key=lambda t: t.rank)
+        if rank is None
+        else next((t for t in tables if t.rank == rank), None)
+    )
+    if chosen is None:
+        have = ", ".join(str(t.rank) for t in sorted(tables, key=lambda t: t.rank))
+        raise UsageError(f"--rank {rank}: {' '.join(inputs)} has ranks {have}")
+    say(f"analysing rank {chosen.rank}")
+    result = analyze_model(load_file(Path(chosen.path), use_cache=how.use_cache))
+    skipped = tuple(f"skipped {f.error}" for f in failures)
+    job = analyze_job(tables, failures, tuple(notes))
+    result = replace(
+        result,
+        model=replace(result.model, rank=chosen.rank),
+        ranks=job.ranks,
+        per_rank={t.rank: (result.summary if t is chosen else t.summary) for t in tables},
+        notes=skipped + tuple(notes) + result.notes,
+    )
+    return result, job
