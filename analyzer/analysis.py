@@ -6,6 +6,7 @@ Semantics follow DESIGN.md §4 (window, device busy/idle, steps).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
@@ -206,6 +207,24 @@ def summarize(
     return (main.id if main else None), summary
 
 
+def _notes(whatif: WhatIfReport, critical: CriticalPath, pinned: float, window: Window) -> tuple[str, ...]:
+    """What the reader of the what-if and the critical path should know about their limits."""
+    notes: tuple[str, ...] = ()
+    if whatif.overrun_us > 0.01 * window.dur_us:
+        notes += (
+            f"device work launched inside the window ran {whatif.overrun_us / 1000:,.2f} ms past its end: "
+            "the what-if replays include it, and their savings are against the recorded run",
+        )
+    if pinned >= 0.2:
+        notes += (
+            f"{pinned:.0%} of the device's busy time has no launch call in the trace: the what-if replays "
+            "keep that work at its recorded time, so what a faster device would save is understated",
+        )
+    if critical.stopped:
+        notes += (f"critical path: {critical.stopped}",)
+    return notes
+
+
 def _unlinked_share(g: Graph, device: int | None, window: Window) -> float:
     """Share of the device's busy time (in the window) from activities whose launch call is unknown."""
     if device is None or not g.activities:
@@ -218,22 +237,38 @@ def _unlinked_share(g: Graph, device: int | None, window: Window) -> float:
     return intervals.total(*intervals.clip(s, e, window.start_us, window.end_us)) / busy if busy > 0 else 0.0
 
 
+#: told the name of each pass as it starts ("graph", "critical path", ...): progress and timings
+Stage = Callable[[str], None]
+
+
+def _no_stage(_name: str) -> None:
+    return None
+
+
 def analyze_model(
-    model: TraceModel, options: Options | None = None, sidecar: Sidecar | None = None
+    model: TraceModel,
+    options: Options | None = None,
+    sidecar: Sidecar | None = None,
+    stage: Stage | None = None,
 ) -> Analysis:
     """Run every pass on one rank's model: window, device usage, steps, the dependency graph, the critical
     path, gaps and their causes, what-if replays and the pipeline model."""
     opts = options or Options()
+    say = stage or _no_stage
+    say("window and devices")
     window = find_window(model)
     devices = device_usage(model, window)
+    say("graph")
     graph = build_graph(model)
     waits = host_sync_calls(graph)
     main, summary = summarize(window, devices, waits)
     steps = step_stats(model, main, window, waits)
     inputs = input_intervals(model)
     lane = main_thread(model, graph)
+    say("critical path")
     frame = make_frame(graph, window.start_us, window.end_us, lane, inputs)
     critical = critical_path(graph, window.start_us, window.end_us, lane, inputs)
+    say("gaps")
     gaps: list[Gap] = []
     idle: dict[Cause, float] = {c: 0.0 for c in Cause}
     bubbles: dict[int, float] = {}
@@ -252,24 +287,13 @@ def analyze_model(
         if d.id == main:
             idle = report.idle_by_cause
             bubbles = report.bubble_us
+    say("syncs")
     syncs = find_syncs(model, graph, bubbles, window.start_us, window.end_us, sidecar)
+    say("what-if")
     avoidable_calls = frozenset(c for s in syncs if s.avoidable for c in s.calls)
     policy = opts.avoidable or (lambda _m, _g, _s, _e: avoidable_calls)
     whatif = what_if(model, graph, frame, policy)
-    notes: tuple[str, ...] = ()
-    if whatif.overrun_us > 0.01 * window.dur_us:
-        notes = (
-            f"device work launched inside the window ran {whatif.overrun_us / 1000:,.2f} ms past its end: "
-            "the what-if replays include it, and their savings are against the recorded run",
-        )
-    pinned = _unlinked_share(graph, main, window)
-    if pinned >= 0.2:
-        notes += (
-            f"{pinned:.0%} of the device's busy time has no launch call in the trace: the what-if replays "
-            "keep that work at its recorded time, so what a faster device would save is understated",
-        )
-    if critical.stopped:
-        notes += (f"critical path: {critical.stopped}",)
+    notes = _notes(whatif, critical, _unlinked_share(graph, main, window), window)
     saving = max(whatif.saving(Scenario.NO_AVOIDABLE_SYNCS), whatif.saving(Scenario.INPUT_OVERLAPPED), 0.0)
     util = summary.device_utilization if main is not None else None
     verdict = decide(window.dur_us, whatif.sensitivity_us, critical, util)
@@ -303,14 +327,18 @@ def analyze_model(
         notes=notes,
         verdict=verdict,
     )
+    say("findings")
     result = replace(result, findings=find_findings(result))
+    say("self-check")
     return replace(result, warnings=consistency.check(result))
 
 
-def analyze(traces: TraceSet, rank: int | None = None, options: Options | None = None) -> Analysis:
+def analyze(
+    traces: TraceSet, rank: int | None = None, options: Options | None = None, stage: Stage | None = None
+) -> Analysis:
     """Analyse the chosen rank (default: the lowest) and summarise every rank of the set."""
     model = traces.for_rank(rank)
-    result = analyze_model(model, options, traces.sidecar)
+    result = analyze_model(model, options, traces.sidecar, stage)
     per_rank = {
         r: (result.summary if m is model else analyze_model(m, options).summary)
         for r, m in zip(traces.ranks, traces.models, strict=True)

@@ -59,12 +59,12 @@ t0 = time.perf_counter()
 from analyzer import cache
 from analyzer.analysis import analyze_model
 from analyzer.loader import load_file
-from analyzer.output import to_json
+from analyzer.output import encode_json, to_json
 t1 = time.perf_counter()
 model = load_file(Path(sys.argv[1]))
 t2 = time.perf_counter()
 result = analyze_model(model)
-json.dumps(to_json(result))
+encode_json(to_json(result))
 t3 = time.perf_counter()
 cache.wait()
 print(json.dumps({"import_s": t1 - t0, "load_s": t3 - t1, "cold_load_s": t2 - t1, "analysis_s": t3 - t2,
@@ -89,6 +89,7 @@ print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "events": int(len(df))
 def tiled_trace(source: Path, events: int) -> Path:
     out = WORK / f"tiled-{source.name.split('.')[0]}-{events}.pt.trace.json.gz"
     if not out.exists():
+        WORK.mkdir(parents=True, exist_ok=True)
         tool = SHARED / "tools" / "tile_trace.py"
         print(f"tiling {source.name} to >= {events:,} events ...", flush=True)
         subprocess.run(
