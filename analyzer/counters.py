@@ -92,8 +92,19 @@ def decimate(ts: F64, value: F64, max_points: int = MAX_POINTS) -> tuple[F64, F6
     return ts[index], value[index]
 
 
-def counters_json(counters: Counters) -> tuple[list[dict[str, Any]], list[str]]:
-    """The ``counters`` key of the analysis document, and notes on what was left out of it."""
+def window_stats(ts: F64, value: F64, start_us: float, end_us: float) -> dict[str, float | None]:
+    """A series' min, mean and max over the samples inside the window (None when it has none)."""
+    inside = value[(ts >= start_us) & (ts <= end_us)]
+    if not len(inside):
+        return {"min": None, "mean": None, "max": None}
+    return {"min": float(inside.min()), "mean": float(inside.mean()), "max": float(inside.max())}
+
+
+def counters_json(
+    counters: Counters, start_us: float = -np.inf, end_us: float = np.inf
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The ``counters`` key of the analysis document (each series decimated, with its min, mean and max
+    inside the window), and notes on what was left out of it."""
     out: list[dict[str, Any]] = []
     for i, s in enumerate(counters.series[:MAX_SERIES]):
         ts, value = counters.of(i)
@@ -107,6 +118,7 @@ def counters_json(counters: Counters) -> tuple[list[dict[str, Any]], list[str]]:
                 "samples": len(ts),
                 "ts_us": shown_ts.tolist(),
                 "value": shown_value.tolist(),
+                "window": window_stats(ts, value, start_us, end_us),
             }
         )
     notes = []

@@ -40,7 +40,7 @@ def to_json(a: Analysis) -> dict[str, Any]:
     m = a.model
     sync_of = {c: s.id for s in a.syncs for c in s.calls}
     report = m.report
-    counters, counter_notes = counters_json(m.counters)
+    counters, counter_notes = counters_json(m.counters, a.window.start_us, a.window.end_us)
     return {
         "schema": SCHEMA,
         "source": {

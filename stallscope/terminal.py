@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from analyzer.analysis import Analysis
+from analyzer.counters import window_stats
 from analyzer.critical import VERDICT
 from analyzer.model import LaneKind
 
@@ -157,9 +158,18 @@ def _trace(a: Analysis) -> list[str]:
     c = m.counters
     if len(c):
         lines.append(
-            f"  counters  {len(c):,} samples in {len(c.series)} series, e.g. {c.series[0].name[:60]} "
-            "(in --json and the report's timeline)"
+            f"  counters  {len(c):,} samples in {len(c.series)} series (in --json and the report's timeline); "
+            "in the window:"
         )
+        stats = [
+            (window_stats(*c.of(i), a.window.start_us, a.window.end_us), s) for i, s in enumerate(c.series)
+        ]
+        shown = [(st, s) for st, s in stats if st["max"]] + [(st, s) for st, s in stats if st["max"] == 0]
+        for st, series in shown[:3]:  # series that are not zero throughout first
+            unit = f" {series.unit}" if series.unit else ""
+            lines.append(
+                f"            {series.name[:60]}: mean {st['mean']:.4g}{unit} (min {st['min']:.4g}, max {st['max']:.4g})"
+            )
     return lines
 
 

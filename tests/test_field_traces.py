@@ -123,3 +123,22 @@ def test_the_self_check_is_silent_on_every_shared_trace(shared_traces: Path) -> 
         a = analyze(load(path))
         assert a.warnings == (), (path.name, a.warnings)
         assert a.verdict is not None and a.summary.bottleneck == a.verdict.bottleneck
+
+
+def test_counter_series_are_summarized_over_the_window() -> None:
+    from analyzer.output import to_json
+
+    a = field("hta_a100_cupti_range_profiler")
+    doc = to_json(a)
+    ffma = next(s for s in doc["counters"] if s["name"].endswith("ffma_pred_on.sum"))
+    c = a.model.counters
+    i = next(i for i, s in enumerate(c.series) if s.name == ffma["name"])
+    ts, value = c.of(i)
+    inside = value[(ts >= a.window.start_us) & (ts <= a.window.end_us)]
+    assert len(inside) == 77
+    assert ffma["window"] == {
+        "min": pytest.approx(float(inside.min())),
+        "mean": pytest.approx(float(inside.mean())),
+        "max": pytest.approx(float(inside.max())),
+    }
+    assert ffma["window"]["max"] > 1e9  # the FP32 FMA instructions the ranges executed
