@@ -88,7 +88,7 @@ def _one_per_rank(models: list[TraceModel], notes: list[str]) -> tuple[TraceMode
 
 
 def _file_order(path: str) -> tuple[int, str]:
-    stamp = re.findall(r"\.(\d{10,})\.", Path(path).name)
+    stamp = re.findall(r"\.([0-9]{10,18})\.", Path(path).name)
     return (int(stamp[-1]) if stamp else 0, path)
 
 

@@ -14,8 +14,9 @@ from functools import lru_cache
 
 from analyzer.model import TraceModel
 from analyzer.names import EventKind
+from analyzer.numbers import parse_uint
 
-_FRAME = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<function>.+)$")
+_FRAME = re.compile(r"^(?P<file>.+)\((?P<line>[0-9]+)\): (?P<function>.+)$")
 _LIBRARY_PARTS = ("site-packages/", "dist-packages/", "/torch/", "torch/", "/lib/python", "<frozen ")
 _STDLIB = frozenset(sys.stdlib_module_names)
 #: packages whose frames Kineto names by their package-relative path ("transformers/models/...")
@@ -48,13 +49,16 @@ def parse_frame(name: str) -> CallSite | None:
     m = _FRAME.match(name)
     if not m or name.startswith("<"):
         return None
+    line = parse_uint(m["line"], max_digits=9)
+    if line is None:  # a line number no file has: not a frame we can point at
+        return None
     file = m["file"]
     if any(part in file for part in _LIBRARY_PARTS) or file.startswith("torch"):
         return None
     root = file.replace("\\\\", "/").split("/")[0].removesuffix(".py")
     if not file.startswith("/") and (root in _STDLIB or root in _THIRD_PARTY):
         return None
-    return CallSite(file, int(m["line"]), m["function"])
+    return CallSite(file, line, m["function"])
 
 
 def call_site(model: TraceModel, event: int) -> CallSite | None:
