@@ -152,7 +152,7 @@ def tensor_cores_unused(a: Analysis) -> list[Finding]:
     device_2x = a.whatif.saving(Scenario.DEVICE_2X) if a.whatif else 0.0
     saving = max(device_2x, 0.0) * share  # device_2x halves every kernel: keep the share of these
     tf32 = major >= 8
-    example = min(names, key=len)
+    example = min(names, key=lambda n: (len(n), n))  # ties by name: a set's order varies with the hash seed
     return [
         Finding(
             "tensor_cores_unused",
