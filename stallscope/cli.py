@@ -14,7 +14,7 @@ from pathlib import Path
 import stallscope.dashboard_cmd as dashboard_cmd
 from analyzer.errors import StallscopeError, UsageError
 from stallscope import __version__, profile_cmd, report_cmd
-from stallscope.watchdog import add_time_limit
+from stallscope.watchdog import add_input_limits
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ def _configure_analyze(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-cache", action="store_true", help="parse the trace even if a cached model exists")
     p.add_argument("-q", "--quiet", action="store_true", help="no summary on stdout, no progress on stderr")
     p.add_argument("--top", type=int, default=3, metavar="N", help="findings to list (default 3)")
-    add_time_limit(p)
+    add_input_limits(p)
 
 
 def _run_analyze(args: argparse.Namespace) -> int:
@@ -50,7 +50,9 @@ def _run_analyze(args: argparse.Namespace) -> int:
 
     progress = Progress(enabled=not args.quiet)
     try:
-        result = load_and_analyse(args.trace, args.rank, not args.no_cache, progress, args.time_limit)
+        result = load_and_analyse(
+            args.trace, args.rank, not args.no_cache, progress, args.time_limit, args.max_inflated_mb
+        )
     finally:
         progress.done()
     if args.json:
@@ -96,7 +98,7 @@ def _configure_check(p: argparse.ArgumentParser) -> None:
         help="fail if the host is blocked in syncs more than F of the window",
     )
     p.add_argument("--no-cache", action="store_true", help="parse the trace even if a cached model exists")
-    add_time_limit(p)
+    add_input_limits(p)
 
 
 def _run_check(args: argparse.Namespace) -> int:
@@ -115,7 +117,9 @@ def _run_check(args: argparse.Namespace) -> int:
     ):
         if value is not None and not 0.0 <= value <= 1.0:
             raise UsageError(f"check: {name} must be a fraction between 0 and 1, not {value}")
-    s = load_and_analyse(args.trace, args.rank, not args.no_cache, None, args.time_limit).summary
+    s = load_and_analyse(
+        args.trace, args.rank, not args.no_cache, None, args.time_limit, args.max_inflated_mb
+    ).summary
     cache.wait()
     wall = s.wall_us or 1.0
     measured = [

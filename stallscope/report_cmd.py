@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from analyzer.errors import UsageError
-from stallscope.watchdog import add_time_limit
+from stallscope.watchdog import add_input_limits
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -28,7 +28,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--no-cache", action="store_true", help="parse the trace even if a cached model exists")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
-    add_time_limit(p)
+    add_input_limits(p)
 
 
 def default_output(trace: str) -> Path:
@@ -62,7 +62,9 @@ def run(args: argparse.Namespace) -> int:
     _check_writable(out)
     progress = Progress(enabled=not args.quiet)
     try:
-        result = load_and_analyse(args.trace, args.rank, not args.no_cache, progress, args.time_limit)
+        result = load_and_analyse(
+            args.trace, args.rank, not args.no_cache, progress, args.time_limit, args.max_inflated_mb
+        )
         try:
             size = report.write(result, out, report.ReportOptions(cdn=args.cdn), progress)
         except OSError as exc:

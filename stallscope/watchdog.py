@@ -17,13 +17,15 @@ from types import FrameType, TracebackType
 
 from analyzer.errors import StallscopeError
 
+MAX_INFLATED_MB = 4096  # analyzer.loader.MAX_INFLATED_MB (not imported: the CLI parser stays light)
+
 BASE_S = 60.0  # any trace: loading and analysing a small file takes well under a second
 PER_MB_S = 3.0  # per MB of JSON (measured: ~6 s for 200 MB of JSON, 1M events, on a slow core)
 GZIP_RATIO = 10.0  # a gzip file is taken to inflate to this many times its size
 
 
-def add_time_limit(p: argparse.ArgumentParser) -> None:
-    """The ``--time-limit`` option of the commands that analyse a trace."""
+def add_input_limits(p: argparse.ArgumentParser) -> None:
+    """``--time-limit`` and ``--max-inflated-mb``: the options of the commands that analyse a trace."""
     p.add_argument(
         "--time-limit",
         type=float,
@@ -31,6 +33,13 @@ def add_time_limit(p: argparse.ArgumentParser) -> None:
         metavar="S",
         help="stop (exit 2) when loading and analysing take more than S seconds "
         f"(default {BASE_S:.0f} s + {PER_MB_S:.0f} s per MB of JSON; 0: no limit)",
+    )
+    p.add_argument(
+        "--max-inflated-mb",
+        type=float,
+        default=MAX_INFLATED_MB,
+        metavar="MB",
+        help=f"refuse a trace file holding more than MB of JSON once inflated (default {MAX_INFLATED_MB})",
     )
 
 
@@ -45,14 +54,23 @@ def budget_s(path: str | Path) -> float:
         files = [f for f in p.iterdir() if f.is_file()] if p.is_dir() else [p]
     except OSError:
         files = []
-    mb = 0.0
-    for f in files:
-        try:
-            size = f.stat().st_size / 1e6
-        except OSError:
-            continue
-        mb += size * (GZIP_RATIO if f.name.endswith(".gz") else 1.0)
-    return BASE_S + PER_MB_S * mb
+    return BASE_S + PER_MB_S * sum(json_mb(f) for f in files)
+
+
+def json_mb(path: Path) -> float:
+    """MB of JSON in a file: its size, or for gzip the larger of ``GZIP_RATIO`` times its size and the
+    inflated size its trailer records (modulo 4 GiB: a hint, cheap to read)."""
+    try:
+        with path.open("rb") as f:
+            gzipped = f.read(2) == b"\x1f\x8b"
+            size = f.seek(0, 2)
+            if not gzipped:
+                return size / 1e6
+            f.seek(max(size - 4, 0))
+            trailer = int.from_bytes(f.read(4), "little")
+    except OSError:
+        return 0.0
+    return max(size * GZIP_RATIO, trailer) / 1e6
 
 
 class Watchdog:
