@@ -117,16 +117,18 @@ def _json_bytes(data: bytes, path: Path, limit: int) -> bytes:
         if len(data) > limit:
             raise _too_large(path, limit)
         return data
+    out = bytearray()
     try:
         with gzip.GzipFile(fileobj=io.BytesIO(data)) as f:
-            out = f.read(limit + 1)  # inflates block by block and stops past the limit
+            while len(out) <= limit and (block := f.read(1 << 20)):  # inflated and counted as it goes
+                out += block
     except EOFError:
         raise TraceError(str(path), "truncated gzip file (compressed stream ends early)") from None
     except (OSError, zlib.error) as exc:
         raise TraceError(str(path), f"not a valid gzip file ({exc})") from None
     if len(out) > limit:
         raise _too_large(path, limit)
-    return out
+    return bytes(out)
 
 
 def _too_large(path: Path, limit: int) -> TraceError:
