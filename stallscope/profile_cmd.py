@@ -134,7 +134,7 @@ def _report(code: int, bundle: Path, traced: bool, mode: str, steps: int, args: 
     def say(msg: str) -> None:
         print(f"stallscope: {msg}", file=sys.stderr)
 
-    if code == 130:
+    if code in (129, 130, 143):  # SIGHUP, SIGINT, SIGTERM
         say("interrupted: the bundle holds what ran until then")
     if not traced:
         say(
