@@ -97,3 +97,22 @@ def test_bad_sidecar_values_are_dropped(name: str, tmp_path: Path) -> None:
     assert isinstance(syncs, list) and len(syncs) == 1
     assert syncs[0]["call_site"] == {"file": "t.py", "line": 7, "function": "f"}
     assert syncs[0]["wait_us"] == 30.0
+
+
+def test_check_exits_2_not_1_when_it_cannot_analyse(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN an analysis that fails with a bug on some input
+    def broken(*_args: object, **_kwargs: object) -> object:
+        raise ZeroDivisionError("float division by zero")
+
+    monkeypatch.setattr("analyzer.analysis.analyze", broken)
+    monkeypatch.setattr("stallscope.analysing.analyze", broken)
+    trace = str(CORPUS / "superscript_step.json")
+    # WHEN checked THEN exit 2 (1 means "a limit failed") and one line, no traceback
+    assert main(["check", trace, "--max-idle-frac", "0.5", "--no-cache"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"stallscope: internal error on {trace}: ZeroDivisionError: float division by zero "
+        "(set STALLSCOPE_TRACEBACK=1 for details; please report it)\n"
+    )
