@@ -95,18 +95,30 @@ def _floats(values: list[float | None]) -> F64:
 
 
 def build_model(
-    doc: Document, path: str, fmt: str, progress: Callable[[str], None] | None = None
+    doc: Document,
+    path: str,
+    fmt: str,
+    progress: Callable[[str], None] | None = None,
+    max_events: int | None = None,
 ) -> TraceModel:
-    """Turn a decoded document into the columnar model; malformed events are skipped and counted."""
+    """Turn a decoded document into the columnar model; malformed events are skipped and counted. More
+    than ``max_events`` timed events is a ``TraceError`` as soon as the batch that passes it arrives
+    (memory grows with events, however small each is in the file)."""
     with paused_gc():  # only acyclic lists and arrays are made here; collections would just cost time
-        return _build(doc, path, fmt, progress or (lambda _msg: None))
+        return _build(doc, path, fmt, progress or (lambda _msg: None), max_events)
 
 
-def _build(doc: Document, path: str, fmt: str, progress: Callable[[str], None]) -> TraceModel:
+def _build(
+    doc: Document, path: str, fmt: str, progress: Callable[[str], None], max_events: int | None
+) -> TraceModel:
     acc = _Accumulator()
     for batch in doc.batches:
         acc.add(batch)
         progress(f"decoded {acc.timed_seen:,} events")
+        if max_events is not None and acc.timed_seen > max_events:
+            raise TraceError(
+                path, f"more than {max_events:,} events (the limit that comes with --max-inflated-mb)"
+            )
     progress(f"linking {acc.timed_seen:,} events")
     if not acc.timed_seen:
         raise TraceError(path, _why_empty(doc.size, acc.skipped))

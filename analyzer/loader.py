@@ -23,6 +23,9 @@ Progress = Callable[[str], None]
 _GZIP_MAGIC = b"\x1f\x8b"
 _NOT_TRACES = {"sidecar.json", "analysis.json"}
 MAX_INFLATED_MB = 4096  # default limit on a trace file's JSON, inflated: a few MB of gzip can hold GBs
+#: events allowed per byte of that limit: a real event takes 200-400 bytes of JSON and about as much
+#: memory once loaded; an 80-million-event file of 25-byte events would need 24 GB
+EVENT_BYTES = 150
 
 
 def load(
@@ -168,7 +171,7 @@ def load_file(
         data = _json_bytes(_read(path), path, limit)
         doc = decode(data, str(path))
         del data  # the event slices keep it alive only until the last batch is decoded
-        model = build_model(doc, str(path), fmt, say)
+        model = build_model(doc, str(path), fmt, say, limit // EVENT_BYTES)
     if key is not None:
         say("writing the cache")
         cache.store(key, model, path, token)
@@ -192,7 +195,8 @@ def _build_streaming(path: Path, fmt: str, say: Progress, limit: int) -> TraceMo
     decodes it whole, which also gives the precise error for a broken file). Refuses a file past
     ``limit`` bytes of JSON, and one of whitespace only, as it streams (bounded memory)."""
     try:
-        return build_model(stream_document(blocks(path, _is_gzip(path), limit)), str(path), fmt, say)
+        doc = stream_document(blocks(path, _is_gzip(path), limit))
+        return build_model(doc, str(path), fmt, say, limit // EVENT_BYTES)
     except TooLarge:
         raise _too_large(path, limit) from None
     except OnlyWhitespace:

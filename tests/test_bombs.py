@@ -102,3 +102,19 @@ def test_nesting_bomb_is_one_line(tmp_path: Path) -> None:
     code, err, rss = peak_rss_mb(["analyze", "--no-cache", "-q", str(bomb)])
     assert (code, err) == (2, f"stallscope: error: {bomb}: invalid JSON (nested too deeply)")
     assert rss < 400, rss
+
+
+def test_millions_of_tiny_events_are_refused_by_count(tmp_path: Path) -> None:
+    # GIVEN 100,000 events of 26 bytes each: 2.6 MB of JSON, but as many events as 20 MB of real ones
+    event = b'{"ph":"X","ts":1,"dur":1},'
+    trace = gzip_stream(tmp_path / "tiny.json.gz", [b'{"traceEvents":[', event * 100_000, b"{}]}"])
+    err = tmp_path / "err"
+    # WHEN analysed with --max-inflated-mb 10 (at most 66,666 events: one per 150 bytes)
+    with err.open("w") as f, pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sys, "stderr", f)
+        code = main(["analyze", "--no-cache", "-q", "--max-inflated-mb", "10", str(trace)])
+    # THEN it is refused with one line before the model is built
+    assert code == 2
+    assert err.read_text() == (
+        f"stallscope: error: {trace}: more than 66,666 events (the limit that comes with --max-inflated-mb)\n"
+    )
