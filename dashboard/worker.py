@@ -23,6 +23,7 @@ import os
 import resource
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from analyzer.errors import StallscopeError
@@ -90,12 +91,14 @@ class _Throttled:
 
 
 class _Both:
-    def __init__(self, *sinks: object) -> None:
+    """One progress callback feeding several (the watchdog's stage and the catalog)."""
+
+    def __init__(self, *sinks: Callable[[str], None]) -> None:
         self._sinks = sinks
 
     def __call__(self, message: str) -> None:
         for sink in self._sinks:
-            sink(message)  # type: ignore[operator]
+            sink(message)
 
 
 def _child_setup(parent: int, memory_mb: int) -> None:

@@ -12,8 +12,10 @@ from __future__ import annotations
 import argparse
 import signal
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType, TracebackType
+from typing import Any
 
 from analyzer.errors import StallscopeError
 
@@ -83,7 +85,7 @@ class Watchdog:
         self.limit_s = limit_s or 0.0
         self._stage = "starting"
         self._armed = False
-        self._previous: signal.Handlers | object = None
+        self._previous: Callable[[int, FrameType | None], Any] | int | None = None
 
     def stage(self, message: str) -> None:
         self._stage = message
@@ -102,7 +104,8 @@ class Watchdog:
     ) -> None:
         if self._armed:
             signal.setitimer(signal.ITIMER_REAL, 0.0)
-            signal.signal(signal.SIGALRM, self._previous)  # type: ignore[arg-type]
+            previous = self._previous
+            signal.signal(signal.SIGALRM, signal.SIG_DFL if previous is None else previous)
             self._armed = False
 
     def _expired(self, _signum: int, frame: FrameType | None) -> None:

@@ -105,7 +105,7 @@ def check_contract(path: Path, tmp: Path, twice: bool = True) -> Outcome:
 
 
 def json_size(path: Path) -> int:
-    """Bytes of JSON behind ``path`` (a gzip file counts as GZIP_GUESS times its size)."""
+    """Bytes of JSON behind ``path`` (a gzip file counts as 10 times its size)."""
     files = [f for f in path.rglob("*") if f.is_file()] if path.is_dir() else [path]
     return sum(f.stat().st_size * (10 if f.name.endswith(".gz") else 1) for f in files)
 
