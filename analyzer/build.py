@@ -44,6 +44,7 @@ from analyzer.names import (
     api_kind,
     event_kind,
 )
+from analyzer.numbers import parse_uint
 from analyzer.raw import EMPTY_ARGS, Batch, Document, RawArgs, RawEvent, paused_gc
 
 # event phases as small codes: 0 unknown, 1 complete ("X"), 2 instant, 3 flow, 4 metadata, 5 counter
@@ -83,8 +84,9 @@ def _ids(values: list[Any]) -> I64:
 def _clean_id(value: Any) -> int:
     if type(value) is int and _I64_MIN <= value <= _I64_MAX:
         return value
-    if isinstance(value, str) and value.isdigit() and len(value) < 19:
-        return int(value)
+    if isinstance(value, str):
+        number = parse_uint(value)
+        return NO_ID if number is None else number
     return NO_ID
 
 
@@ -97,18 +99,30 @@ def _floats(values: list[float | None]) -> F64:
 
 
 def build_model(
-    doc: Document, path: str, fmt: str, progress: Callable[[str], None] | None = None
+    doc: Document,
+    path: str,
+    fmt: str,
+    progress: Callable[[str], None] | None = None,
+    max_events: int | None = None,
 ) -> TraceModel:
-    """Turn a decoded document into the columnar model; malformed events are skipped and counted."""
+    """Turn a decoded document into the columnar model; malformed events are skipped and counted. More
+    than ``max_events`` timed events is a ``TraceError`` as soon as the batch that passes it arrives
+    (memory grows with events, however small each is in the file)."""
     with paused_gc():  # only acyclic lists and arrays are made here; collections would just cost time
-        return _build(doc, path, fmt, progress or (lambda _msg: None))
+        return _build(doc, path, fmt, progress or (lambda _msg: None), max_events)
 
 
-def _build(doc: Document, path: str, fmt: str, progress: Callable[[str], None]) -> TraceModel:
+def _build(
+    doc: Document, path: str, fmt: str, progress: Callable[[str], None], max_events: int | None
+) -> TraceModel:
     acc = _Accumulator()
     for batch in doc.batches:
         acc.add(batch)
         progress(f"decoded {acc.timed_seen:,} events")
+        if max_events is not None and acc.timed_seen > max_events:
+            raise TraceError(
+                path, f"more than {max_events:,} events (the limit that comes with --max-inflated-mb)"
+            )
     progress(f"linking {acc.timed_seen:,} events")
     if not acc.timed_seen:
         raise TraceError(path, _why_empty(doc.size, acc.skipped))
@@ -469,7 +483,7 @@ def _devices(
 
 #: user annotations that name an iteration when a trace has no ``ProfilerStep#N`` ("iteration#12",
 #: "train_step 3", "iter_5"): a number at the end, after the word iteration, iter or step
-_ITERATION = re.compile(r"(?:^|[^a-z])(?:iteration|iter|step)[#_ -]?(\d+)$", re.IGNORECASE)
+_ITERATION = re.compile(r"(?:^|[^a-z])(?:iteration|iter|step)[#_ -]?([0-9]+)$", re.IGNORECASE)
 
 
 def _steps(table: EventTable, lanes: tuple[Lane, ...], strings: tuple[str, ...]) -> tuple[Step, ...]:
@@ -485,15 +499,17 @@ def _steps(table: EventTable, lanes: tuple[Lane, ...], strings: tuple[str, ...])
     for i in found.tolist():
         name = strings[int(table.name[i])]
         suffix = name[len(STEP_PREFIX) :]
-        number = int(suffix) if suffix.isdigit() else len(steps)
+        number = parse_uint(suffix)
+        number = len(steps) if number is None else number
         start = float(table.ts[i])
         steps.append(Step(name, number, start, start + float(table.dur[i]), int(table.lane[i]), i))
     return tuple(steps)
 
 
 def _annotated_iterations(table: EventTable, strings: tuple[str, ...], host: Mask) -> tuple[Step, ...]:
-    numbers = [_ITERATION.search(s) for s in strings]
-    named = np.array([m is not None for m in numbers], dtype=np.bool_)
+    matches = [_ITERATION.search(s) for s in strings]
+    numbers = [parse_uint(m.group(1)) if m is not None else None for m in matches]
+    named = np.array([n is not None for n in numbers], dtype=np.bool_)
     found = np.flatnonzero(named[table.name] & host[table.lane] & (table.kind == EventKind.ANNOTATION))
     if len(found) < 2:
         return ()
@@ -504,7 +520,7 @@ def _annotated_iterations(table: EventTable, strings: tuple[str, ...], host: Mas
         if steps and start < steps[-1].end_us:  # nested or overlapping: not a sequence of iterations
             continue
         name = strings[int(table.name[i])]
-        match = numbers[int(table.name[i])]
-        assert match is not None
-        steps.append(Step(name, int(match.group(1)), start, start + float(table.dur[i]), lane, i))
+        number = numbers[int(table.name[i])]
+        assert number is not None
+        steps.append(Step(name, number, start, start + float(table.dur[i]), lane, i))
     return tuple(steps) if len(steps) >= 2 else ()

@@ -173,18 +173,21 @@ class _Walk:
 
     def run(self, state: State) -> None:
         """Alternate between host threads and streams until the window's start is reached (iterative:
-        paths can cross between host and device hundreds of thousands of times). A walk that outlives its
-        budget (only a trace whose recorded order has a cycle can make one) ends in ``idle``."""
-        t_last = np.inf
+        paths can cross between host and device hundreds of thousands of times). Time never increases
+        (``device_step`` clamps to the time it arrived at); a state seen again at the same time would
+        repeat forever, and a walk that outlives its budget or steps forward in time has met a cycle in
+        the recorded order: the walk ends there and the rest of the window is idle."""
+        at, seen = np.inf, set[State]()
         while state is not None:
             kind, node, t, below = state
             self.budget -= 1
-            if self.budget < 0 or t > t_last + 1e-6:
+            if t < at:
+                at, seen = t, set()
+            elif state in seen or self.budget < 0 or t > at + 1e-6:
                 self.stopped = "the recorded order has a cycle (an edge back in time): the rest is idle"
-                lane = node if kind == "host" else self.a_lane[node]
-                self.add(Kind.IDLE, lane, -1, self.start, min(t, t_last))
+                self.add(Kind.IDLE, node if kind == "host" else self.a_lane[node], -1, self.start, min(t, at))
                 return
-            t_last = t
+            seen.add(state)
             state = self.host_step(node, t, below) if kind == "host" else self.device_step(node, t)
 
     def host_step(self, lane: int, t: float, below: int) -> State:
@@ -244,7 +247,9 @@ class _Walk:
         return None
 
     def device_step(self, a: int, t: float) -> State:
-        lane, start = self.a_lane[a], self.a_start[a]
+        # clamped: a trace whose launch times disagree with stream order can make a sync await an
+        # activity that starts after the sync returned; going forward in time there loops forever
+        lane, start = self.a_lane[a], min(self.a_start[a], t)
         if not self.add(Kind.DEVICE, lane, self.a_event[a], start, min(self.a_end[a], t)):
             return None
         best, how, who = -np.inf, "", -1  # the predecessor that finished last; stream order wins ties

@@ -16,6 +16,7 @@ import numpy as np
 
 from analyzer.critical import Kind
 from analyzer.gaps import Cause
+from analyzer.numbers import ratio
 from analyzer.replay import Scenario
 from analyzer.sites import CallSite
 from analyzer.syncs import Reason, Sync, SyncKind
@@ -162,7 +163,7 @@ def input_bound(a: Analysis) -> list[Finding]:
         Finding(
             "input_bound",
             severity(cost, a.window.dur_us),
-            f"data loading holds the loop back: {cost / a.window.dur_us:.0%} of the window",
+            f"data loading holds the loop back: {ratio(cost, a.window.dur_us):.0%} of the window",
             None,
             sum(1 for g in a.gaps if g.cause == Cause.INPUT),
             cost,

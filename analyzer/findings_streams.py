@@ -21,6 +21,7 @@ from analyzer.graph import Blocking, Graph
 from analyzer.inputs import input_intervals, main_thread
 from analyzer.model import F64, I64, Mask, TraceModel
 from analyzer.names import ApiKind, EventKind, memcpy_is_async
+from analyzer.numbers import ratio
 from analyzer.replay import Costs, make_frame, replay
 from analyzer.sites import CallSite, call_site
 
@@ -128,7 +129,7 @@ def copy_compute_serialized(a: Analysis) -> list[Finding]:
                 severity(cost, wall),
                 f"{len(copies)} host<->device copies{where} run on compute {_plural('stream', lanes)} "
                 f"{_streams(m, lanes)} of GPU {device}, never overlapping a kernel: "
-                f"{copy_us / wall:.0%} of the window",
+                f"{ratio(copy_us, wall):.0%} of the window",
                 site,
                 len(copies),
                 cost,
@@ -247,7 +248,7 @@ def streams_never_overlapped(a: Analysis) -> list[Finding]:
             Finding(
                 "streams_never_overlapped",
                 severity(cost, wall),
-                f"{what}{where}: {cost / wall:.1%} of the window could overlap",
+                f"{what}{where}: {ratio(cost, wall):.1%} of the window could overlap",
                 site,
                 len(alone),
                 cost,

@@ -116,13 +116,24 @@ class Graph:
     def issued(self) -> F64:
         """When each activity was issued: its call's start (its return for a pageable HtoD copy), or its
         own start when no call is known."""
-        c = np.maximum(self.act_call, 0)
-        at_call = np.where(self.act_from_return, self.call_end[c], self.call_start[c])
+        at_call = np.where(
+            self.act_from_return,
+            per_call(self.call_end, self.act_call),
+            per_call(self.call_start, self.act_call),
+        )
         return np.asarray(np.where(self.act_call >= 0, at_call, self.act_start))
 
     def waited(self) -> F64:
         """Observed time each call spent waiting (0 for calls that did not block)."""
         return np.maximum(0.0, np.minimum(self.call_awaited, self.call_end) - self.call_start)
+
+
+def per_call(values: npt.NDArray[np.generic], call: I64) -> npt.NDArray[np.generic]:
+    """``values[call]`` where ``call >= 0``; elsewhere an arbitrary value (callers mask it with
+    ``call >= 0``). Safe when there are no calls at all (a trace of device events only)."""
+    if not len(values):
+        return np.zeros(len(call), dtype=values.dtype)
+    return np.asarray(values[np.maximum(call, 0)])
 
 
 def build_graph(model: TraceModel) -> Graph:
@@ -145,15 +156,15 @@ def build_graph(model: TraceModel) -> Graph:
     from_return = _issued_at_return(model, acts, act_call, calls)
     issued = np.where(
         act_call >= 0,
-        np.where(from_return, call_end[np.maximum(act_call, 0)], call_start[np.maximum(act_call, 0)]),
+        np.where(from_return, per_call(call_end, act_call), per_call(call_start, act_call)),
         act_start,
     )
     issue = _IssueOrder(model, act_lane, issued)
     after_wait = _after_stream_wait(ev.api[calls], call_lane)
-    graph_launch = (act_call >= 0) & (ev.api[calls[np.maximum(act_call, 0)]] == ApiKind.GRAPH_LAUNCH)
+    graph_launch = (act_call >= 0) & (ev.api[per_call(calls, act_call)] == ApiKind.GRAPH_LAUNCH)
     info = Activities(
         act_lane, act_device, act_start, act_end, act_prev, issued, act_call,
-        after_wait[np.maximum(act_call, 0)] & (act_call >= 0), graph_launch,
+        per_call(after_wait, act_call) & (act_call >= 0), graph_launch,
     )  # fmt: skip
     recorded = _stream_waits(model, len(acts), issue)
     prev_end = info.prev_end()
@@ -438,7 +449,7 @@ def _issued_at_return(model: TraceModel, acts: I64, act_call: I64, calls: I64) -
     ev = model.events
     pageable_htod = np.array([("HtoD" in n and "Pageable" in n) for n in model.strings], dtype=np.bool_)
     linked = act_call >= 0
-    call_event = calls[np.maximum(act_call, 0)]
+    call_event = per_call(calls, act_call)
     by_copy_call = linked & (ev.api[call_event] == ApiKind.MEMCPY)
     after = ev.ts[acts] >= ev.end[call_event]  # as recorded: otherwise it is an ordinary launch edge
     return np.asarray(by_copy_call & pageable_htod[ev.name[acts]] & after)

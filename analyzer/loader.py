@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import gzip
+import io
 import re
 import zlib
 from collections.abc import Callable
@@ -15,22 +16,34 @@ from analyzer.errors import TraceError
 from analyzer.model import TraceModel, TraceSet
 from analyzer.raw import decode
 from analyzer.sidecar import read_sidecar
-from analyzer.stream import NotStreamable, blocks, stream_document
+from analyzer.stream import NotStreamable, OnlyWhitespace, TooLarge, blocks, stream_document
 
 Progress = Callable[[str], None]
 _GZIP_MAGIC = b"\x1f\x8b"
 _NOT_TRACES = {"sidecar.json", "analysis.json"}
+MAX_INFLATED_MB = 4096  # default limit on a trace file's JSON, inflated: a few MB of gzip can hold GBs
+#: events allowed per byte of that limit: a real event takes 200-400 bytes of JSON and about as much
+#: memory once loaded; an 80-million-event file of 25-byte events would need 24 GB
+EVENT_BYTES = 150
 
 
-def load(path: str | Path, *, use_cache: bool = True, progress: Progress | None = None) -> TraceSet:
+def load(
+    path: str | Path,
+    *,
+    use_cache: bool = True,
+    progress: Progress | None = None,
+    max_inflated_mb: float = MAX_INFLATED_MB,
+) -> TraceSet:
     """Load every trace at ``path``. Raises ``TraceError`` (one line, names the file) when nothing usable
-    is there; a folder with some bad files loads the rest and says what it skipped in ``notes``."""
+    is there; a folder with some bad files loads the rest and says what it skipped in ``notes``. A file
+    whose JSON (inflated, for gzip) exceeds ``max_inflated_mb`` is refused without inflating it whole."""
     p = Path(path)
     if not p.exists():
         raise TraceError(str(path), "no such file or directory")
+    limit = int(max_inflated_mb * 1e6)
     if p.is_dir():
-        return _load_folder(p, use_cache, progress)
-    model = load_file(p, use_cache=use_cache, progress=progress)
+        return _load_folder(p, use_cache, progress, limit)
+    model = load_file(p, use_cache=use_cache, progress=progress, limit=limit)
     return TraceSet(str(path), (model,))
 
 
@@ -61,7 +74,7 @@ def _files_in(folder: Path) -> list[Path]:
     return kineto or files
 
 
-def _load_folder(folder: Path, use_cache: bool, progress: Progress | None) -> TraceSet:
+def _load_folder(folder: Path, use_cache: bool, progress: Progress | None, limit: int) -> TraceSet:
     files = trace_files(folder)
     if not files:
         raise TraceError(str(folder), "directory contains no trace files (*.json, *.json.gz)")
@@ -70,7 +83,7 @@ def _load_folder(folder: Path, use_cache: bool, progress: Progress | None) -> Tr
     errors: list[TraceError] = []
     for f in files:
         try:
-            models.append(load_file(f, use_cache=use_cache, progress=progress))
+            models.append(load_file(f, use_cache=use_cache, progress=progress, limit=limit))
         except TraceError as exc:
             errors.append(exc)
             notes.append(f"skipped {exc}")
@@ -123,7 +136,7 @@ def _shown(path: str) -> str:
 
 
 def _file_order(path: str) -> tuple[int, str]:
-    stamp = re.findall(r"\.(\d{10,})\.", Path(path).name)
+    stamp = re.findall(r"\.([0-9]{10,18})\.", Path(path).name)
     return (int(stamp[-1]) if stamp else 0, path)
 
 
@@ -134,26 +147,46 @@ def _read(path: Path) -> bytes:
         raise TraceError(str(path), f"cannot read ({exc.strerror or exc})") from None
 
 
-def read_json_bytes(path: Path) -> bytes:
+def read_json_bytes(path: Path, max_inflated_mb: float = MAX_INFLATED_MB) -> bytes:
     """The file's JSON text, gunzipped when it is gzip; ``TraceError`` when it cannot be read."""
-    return _json_bytes(_read(path), path)
+    return _json_bytes(_read(path), path, int(max_inflated_mb * (1 << 20)))
 
 
-def _json_bytes(data: bytes, path: Path) -> bytes:
-    """The file's JSON bytes, gunzipped when it is gzip (by content, not by name)."""
+def _json_bytes(data: bytes, path: Path, limit: int) -> bytes:
+    """The file's JSON bytes, gunzipped when it is gzip (by content, not by name), at most ``limit``."""
     if data[:2] != _GZIP_MAGIC:
         if path.name.endswith(".gz") and data:
             raise TraceError(str(path), "not a valid gzip file (no gzip header)")
+        if len(data) > limit:
+            raise _too_large(path, limit)
         return data
+    out = bytearray()
     try:
-        return gzip.decompress(data)
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as f:
+            while len(out) <= limit and (block := f.read(1 << 20)):  # inflated and counted as it goes
+                out += block
     except EOFError:
         raise TraceError(str(path), "truncated gzip file (compressed stream ends early)") from None
     except (OSError, zlib.error) as exc:
         raise TraceError(str(path), f"not a valid gzip file ({exc})") from None
+    if len(out) > limit:
+        raise _too_large(path, limit)
+    return bytes(out)
 
 
-def load_file(path: Path, *, use_cache: bool = True, progress: Progress | None = None) -> TraceModel:
+def _too_large(path: Path, limit: int) -> TraceError:
+    return TraceError(
+        str(path), f"holds more than {limit / 1e6:,.0f} MB of JSON once inflated (--max-inflated-mb)"
+    )
+
+
+def load_file(
+    path: Path,
+    *,
+    use_cache: bool = True,
+    progress: Progress | None = None,
+    limit: int = int(MAX_INFLATED_MB * 1e6),
+) -> TraceModel:
     """One trace file -> model, from the cache when the same content was built before."""
     say = progress or (lambda _msg: None)
     try:
@@ -170,12 +203,15 @@ def load_file(path: Path, *, use_cache: bool = True, progress: Progress | None =
             return cached
     say(f"reading {path.name} ({size / 1e6:.1f} MB)")
     fmt = "json.gz" if path.name.endswith(".gz") else "json"
-    model = _build_streaming(path, fmt, say) if size >= _STREAM_MIN_BYTES else None
+    streamed = size >= _STREAM_MIN_BYTES or (size >= _STREAM_MIN_GZIP_BYTES and _is_gzip(path))
+    model = _build_streaming(path, fmt, say, limit) if streamed else None
     if model is None:
-        data = _json_bytes(_read(path), path)
+        if size > limit:  # not even compressed could it fit
+            raise _too_large(path, limit)
+        data = _json_bytes(_read(path), path, limit)
         doc = decode(data, str(path))
         del data  # the event slices keep it alive only until the last batch is decoded
-        model = build_model(doc, str(path), fmt, say)
+        model = build_model(doc, str(path), fmt, say, limit // EVENT_BYTES)
     if key is not None:
         say("writing the cache")
         cache.store(key, model, path, token)
@@ -183,15 +219,28 @@ def load_file(path: Path, *, use_cache: bool = True, progress: Progress | None =
 
 
 _STREAM_MIN_BYTES = 1 << 20
+_STREAM_MIN_GZIP_BYTES = 64 << 10  # smaller gzip files inflate to at most ~64 MB (deflate's ratio ~1000)
 
 
-def _build_streaming(path: Path, fmt: str, say: Progress) -> TraceModel | None:
-    """Build from a streamed decode; None when the file is not laid out for streaming (then the caller
-    decodes it whole, which also gives the precise error for a broken file)."""
+def _is_gzip(path: Path) -> bool:
     try:
         with path.open("rb") as f:
-            gzipped = f.read(2) == _GZIP_MAGIC
-        return build_model(stream_document(blocks(path, gzipped)), str(path), fmt, say)
+            return f.read(2) == _GZIP_MAGIC
+    except OSError:
+        return False
+
+
+def _build_streaming(path: Path, fmt: str, say: Progress, limit: int) -> TraceModel | None:
+    """Build from a streamed decode; None when the file is not laid out for streaming (then the caller
+    decodes it whole, which also gives the precise error for a broken file). Refuses a file past
+    ``limit`` bytes of JSON, and one of whitespace only, as it streams (bounded memory)."""
+    try:
+        doc = stream_document(blocks(path, _is_gzip(path), limit))
+        return build_model(doc, str(path), fmt, say, limit // EVENT_BYTES)
+    except TooLarge:
+        raise _too_large(path, limit) from None
+    except OnlyWhitespace:
+        raise TraceError(str(path), "empty file (only whitespace)") from None
     except (NotStreamable, OSError, EOFError, zlib.error, ValueError, RecursionError):
         return None  # ValueError: a decoder's surprise (bad UTF-8, number out of range...)
 

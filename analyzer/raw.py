@@ -9,6 +9,7 @@ by one, so a bad event is skipped and counted instead of failing the file.
 from __future__ import annotations
 
 import gc
+import re
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -113,13 +114,15 @@ def unknown_keys(data: bytes) -> list[str]:
 
 
 _DOC_DECODER = msgspec.json.Decoder(_Doc)
+_LEADING_SPACE = re.compile(rb"[ \t\r\n]*")
 _RAW_LIST_DECODER = msgspec.json.Decoder(list[msgspec.Raw])
 _BATCH_DECODER = msgspec.json.Decoder(list[RawEvent])
 
 
 def decode(data: bytes, path: str) -> Document:
     """Decode a Kineto/Chrome trace document (an object with ``traceEvents`` or a bare event list)."""
-    head = data[:64].lstrip()
+    first = _LEADING_SPACE.match(data)
+    head = data[first.end() : first.end() + 64] if first else data[:64]
     if not head:
         raise TraceError(path, "empty file")
     if head[:1] not in (b"{", b"["):

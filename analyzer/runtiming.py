@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from analyzer.numbers import finite_float
+
 TYPICAL_WITHIN = 0.2  # profiled median within ±20% of the run's steady-state median: typical
 
 
@@ -74,15 +76,15 @@ def run_timing(step_timing: dict[str, Any], profiled_wall_us: Sequence[float]) -
     return RunTiming(steps, host_dist, device_dist, profiled_median, ratio)
 
 
+_MAX_STEP_MS = 1e12  # ~30 years: beyond it a step time is not a measurement (and sums could overflow)
+
+
 def _steady(values: Any) -> list[float]:
     """The usable per-step times after the first step (all of them when only the first is usable)."""
     if not isinstance(values, list):
         return []
-    usable = [
-        (i, float(v))
-        for i, v in enumerate(values)
-        if isinstance(v, int | float) and not isinstance(v, bool) and np.isfinite(v) and v >= 0
-    ]
+    numbers = [(i, finite_float(v)) for i, v in enumerate(values)]
+    usable = [(i, v) for i, v in numbers if v is not None and 0 <= v <= _MAX_STEP_MS]
     later = [v for i, v in usable if i > 0]
     return later or [v for _, v in usable]
 

@@ -22,10 +22,12 @@ from typing import Any
 import numpy as np
 
 from analyzer.model import F64
+from analyzer.numbers import bounded_int, finite_float
 from analyzer.sites import CallSite
 
 SCHEMA = "stallscope.sidecar/1"
 SIDECAR_NAME = "sidecar.json"
+_MAX_LINE = 10**9
 LEAD_US = 200.0  # how long before the aten op the Python call may have started (argument handling)
 
 
@@ -58,7 +60,7 @@ def read_sidecar(folder: Path) -> tuple[Sidecar | None, str | None]:
         if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
             return None, f"{path}: ignored (not a {SCHEMA} document)"
         return _parse(doc, str(path)), None
-    except (OSError, ValueError, TypeError, KeyError) as exc:
+    except (OSError, ValueError, TypeError, KeyError, RecursionError) as exc:
         return None, f"{path}: ignored ({type(exc).__name__}: {exc})"
 
 
@@ -67,13 +69,17 @@ def _parse(doc: dict[str, Any], path: str) -> Sidecar:
     ops: list[str] = []
     per_thread: dict[str, tuple[list[float], list[int]]] = {}
     for rec in doc.get("sync_sites") or []:
-        site = CallSite(str(rec["file"]), int(rec["line"]), str(rec["function"]))
-        sites.append(site)
+        line = bounded_int(rec["line"], _MAX_LINE)
+        if line is None or line < 0:
+            continue  # 1e400, Infinity, a string: not a line of any file
+        sites.append(CallSite(str(rec["file"]), line, str(rec["function"])))
         ops.append(str(rec.get("op", "")))
         times, index = per_thread.setdefault(str(rec.get("thread", "")), ([], []))
-        for t in rec.get("times_us") or [rec.get("first_us")]:
-            if isinstance(t, int | float):
-                times.append(float(t))
+        recorded = rec.get("times_us")
+        for t in recorded if isinstance(recorded, list) and recorded else [rec.get("first_us")]:
+            us = finite_float(t)
+            if us is not None:
+                times.append(us)
                 index.append(len(sites) - 1)
     by_thread = {}
     for tid, (times, index) in per_thread.items():

@@ -14,8 +14,9 @@ from functools import lru_cache
 
 from analyzer.model import TraceModel
 from analyzer.names import EventKind
+from analyzer.numbers import parse_uint
 
-_FRAME = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<function>.+)$")
+_FRAME = re.compile(r"^(?P<file>.+)\((?P<line>[0-9]+)\): (?P<function>.+)$")
 _LIBRARY_PARTS = ("site-packages/", "dist-packages/", "/torch/", "torch/", "/lib/python", "<frozen ")
 _STDLIB = frozenset(sys.stdlib_module_names)
 #: packages whose frames Kineto names by their package-relative path ("transformers/models/...")
@@ -48,7 +49,10 @@ def _frame(name: str) -> tuple[str, int, str] | None:
     m = _FRAME.match(name)
     if not m or name.startswith("<"):
         return None
-    return m["file"], int(m["line"]), m["function"]
+    line = parse_uint(m["line"], max_digits=9)
+    if line is None:  # a line number no file has: not a frame we can point at
+        return None
+    return m["file"], line, m["function"]
 
 
 def _is_library(file: str) -> bool:

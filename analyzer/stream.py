@@ -48,15 +48,28 @@ class NotStreamable(Exception):
     """The document is not laid out the way the streaming path expects; decode it whole instead."""
 
 
-def blocks(path: Path, gzipped: bool) -> Iterator[bytes]:
-    """The file's bytes, gunzipped when ``gzipped``, in blocks of a few MB."""
+class TooLarge(Exception):
+    """The file inflates to more bytes than allowed (a decompression bomb, or a trace beyond the limit)."""
+
+
+class OnlyWhitespace(Exception):
+    """The file holds nothing but whitespace."""
+
+
+def blocks(path: Path, gzipped: bool, limit: int | None = None) -> Iterator[bytes]:
+    """The file's bytes, gunzipped when ``gzipped``, in blocks of a few MB; ``TooLarge`` once more than
+    ``limit`` bytes have come out (counted as they inflate: a bomb is never inflated whole)."""
     inflate: Any = _inflate_lib.decompressobj(wbits=47) if gzipped else None  # 47: gzip/zlib header
+    total = 0
     with path.open("rb") as f:
         while True:
             data = f.read(_BLOCK)
             if not data:
                 break
             if inflate is None:
+                total += len(data)
+                if limit is not None and total > limit:
+                    raise TooLarge(total)
                 yield data
                 continue
             while data:
@@ -64,6 +77,9 @@ def blocks(path: Path, gzipped: bool) -> Iterator[bytes]:
                     block = inflate.decompress(data, _BLOCK)
                 except _INFLATE_ERRORS as exc:
                     raise NotStreamable(f"gzip: {exc}") from None
+                total += len(block)
+                if limit is not None and total > limit:
+                    raise TooLarge(total)
                 yield block
                 data = inflate.unconsumed_tail
                 if inflate.eof and inflate.unused_data:
@@ -83,6 +99,10 @@ def stream_document(source: Iterator[bytes]) -> Document:
 def _events(source: Iterator[bytes], doc: Document) -> Iterator[Batch]:
     buf = b""
     for block in source:
+        if not buf:  # whitespace before the document is dropped as it streams by, never held
+            block = block.lstrip()
+            if not block:
+                continue
         buf += block
         match = _KEY.search(buf)
         if match:
@@ -90,7 +110,7 @@ def _events(source: Iterator[bytes], doc: Document) -> Iterator[Batch]:
         if len(buf) > 64 << 20:
             raise NotStreamable("no traceEvents list near the start")
     else:
-        raise NotStreamable("no traceEvents list")
+        raise NotStreamable("no traceEvents list") if buf else OnlyWhitespace()
     head = buf[: match.end() - 1]
     pending = bytearray(buf[match.end() - 1 :])  # starts with the list's '['
     del buf

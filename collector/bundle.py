@@ -26,6 +26,7 @@ TRACE_NAME = "trace.pt.trace.json.gz"
 SIDECAR_NAME = "sidecar.json"
 DEFAULT_ROOT = "stallscope_out"
 _BUNDLE_FILES = {TRACE_NAME, SIDECAR_NAME}
+_MARK = ".stallscope-staging"  # in a staging folder: the pid of the process writing it
 
 
 def default_output(name: str, root: str | Path = DEFAULT_ROOT, now: float | None = None) -> Path:
@@ -47,7 +48,8 @@ class Staging:
         self._check_target()
         try:
             self.output.parent.mkdir(parents=True, exist_ok=True)
-            self.path = Path(tempfile.mkdtemp(prefix=f".{self.output.name}.", dir=self.output.parent))
+            remove_stale(self.output.parent)
+            self.path = _staging_folder(f".{self.output.name}.", self.output.parent)
         except OSError as exc:
             raise UsageError(f"-o {output}: cannot write there ({exc.strerror or exc})") from None
         self.trace_path = self.path / TRACE_NAME
@@ -67,8 +69,9 @@ class Staging:
             self._check_target()
             old = None
             if self.output.exists():
-                old = Path(tempfile.mkdtemp(prefix=f".{self.output.name}.old.", dir=self.output.parent))
+                old = _staging_folder(f".{self.output.name}.old.", self.output.parent)
                 os.replace(self.output, old / "bundle")
+            (self.path / _MARK).unlink(missing_ok=True)  # the published bundle holds only its files
             os.replace(self.path, self.output)
             if old is not None:
                 shutil.rmtree(old, ignore_errors=True)
@@ -78,6 +81,38 @@ class Staging:
 
     def discard(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
+
+
+def _staging_folder(prefix: str, parent: Path) -> Path:
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    (path / _MARK).write_text(str(os.getpid()))
+    return path
+
+
+def remove_stale(parent: Path) -> list[Path]:
+    """Remove the staging folders in ``parent`` whose writer is gone (a run ended by ``kill -9`` or
+    ``os._exit`` leaves one); returns them. Folders without our mark are never touched."""
+    removed = []
+    for path in parent.glob(".*"):
+        try:
+            pid = int((path / _MARK).read_text()[:20])
+        except (OSError, ValueError):
+            continue
+        if pid == os.getpid() or _alive(pid):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, owned by someone else
+        return True
+    return True
 
 
 def sidecar(

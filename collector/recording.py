@@ -3,13 +3,22 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from analyzer.errors import StallscopeError
 from collector.bundle import Staging, run_metadata, sidecar
 from collector.session import Capture, ProfileOptions, Session
+
+#: signals that end a profiled program as Ctrl-C does: the bundle is written, the exit code is 128 + n
+ENDING_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
 @dataclass(frozen=True)
@@ -31,6 +40,12 @@ class Recorder:
         self.staging = Staging(output)
         self.session = Session(options, self.staging.trace_path)
         self.started = ""
+        self.pid = os.getpid()  # the process that owns the bundle: a forked child never commits it
+
+    @property
+    def forked(self) -> bool:
+        """True in a child the program forked: the bundle is the parent's to write."""
+        return os.getpid() != self.pid
 
     def start(self) -> None:
         self.started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
@@ -42,6 +57,8 @@ class Recorder:
 
     def finish(self, exit_code: int) -> Recording:
         """Stop profiling and publish the bundle (also after a failed or interrupted workload)."""
+        if self.forked:  # the parent's bundle: never stopped, written or removed from a child
+            return Recording(exit_code, self.staging.output, Capture(None, "forked", 0))
         try:
             capture = self.session.stop()
             meta = run_metadata(self.argv, self.program_dir, self.started)
@@ -67,14 +84,66 @@ def record(
     program_dir: Path | None,
     on_start: Callable[[Session], None] | None = None,
 ) -> Recording:
-    """Run ``body`` (returning an exit code) under a session and write the bundle to ``output``."""
+    """Run ``body`` (returning an exit code) under a session and write the bundle to ``output``.
+
+    SIGTERM and SIGHUP end the program as Ctrl-C does (its ``finally`` blocks run, exit code 128 + n) and
+    the bundle holds what ran until then; further signals wait until the bundle is written. A child the
+    program forked never writes the bundle: it leaves with its exit code at once. A bundle that cannot be
+    written (a full disk) is one line on stderr; the exit code stays the program's."""
     rec = Recorder(options, output, argv, program_dir)
     rec.start()
     if on_start is not None:
         on_start(rec.session)
     code = 1
     try:
-        code = body()
+        with _signals_end_the_program():
+            code = body()
     finally:
-        result = rec.finish(code)
+        if rec.forked:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        with _signals_deferred():
+            try:
+                result = rec.finish(code)
+            except StallscopeError as exc:
+                print(f"stallscope: error: {exc}", file=sys.stderr)
+                result = Recording(code, rec.staging.output, Capture(None, "unwritten", 0))
     return result
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def _end_program(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+@contextlib.contextmanager
+def _signals_end_the_program() -> Iterator[None]:
+    """SIGTERM/SIGHUP raise ``SystemExit(128 + n)`` in the program (unless it installs its own handler)."""
+    if not _main_thread():
+        yield
+        return
+    old = {s: signal.signal(s, _end_program) for s in ENDING_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """While the bundle is written, SIGINT, SIGTERM and SIGHUP are ignored: the program has ended
+    already, and a second Ctrl-C must not lose what it recorded."""
+    if not _main_thread():
+        yield
+        return
+    old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, *ENDING_SIGNALS)}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)

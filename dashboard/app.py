@@ -19,7 +19,7 @@ from dashboard.pages.common import Shell
 from dashboard.palette import FONT_FAMILY, TEXT
 from dashboard.services import Services
 from dashboard.store import Store
-from dashboard.worker import Worker
+from dashboard.worker import Limits, Worker
 
 DEFAULT_MAX_UPLOAD_MB = 512
 
@@ -60,11 +60,13 @@ def create_app(services: Services) -> dash.Dash:
     return app
 
 
-def open_services(store_dir: str | Path, max_upload_mb: int, processes: bool = True) -> Services:
-    """Open (or create) the store, start the analysis worker and queue what a previous run left
-    unfinished."""
+def open_services(
+    store_dir: str | Path, max_upload_mb: int, processes: bool = True, limits: Limits | None = None
+) -> Services:
+    """Open (or create) the store, start the analysis worker (each analysis under ``limits``) and queue
+    what a previous run left unfinished."""
     store = Store(store_dir)
-    services = Services(store, Worker(store, processes=processes), max_upload_mb << 20)
+    services = Services(store, Worker(store, processes=processes, limits=limits), max_upload_mb << 20)
     assert services.worker is not None
     services.worker.resume()
     return services

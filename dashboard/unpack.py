@@ -10,6 +10,7 @@ from __future__ import annotations
 import shutil
 import tarfile
 import zipfile
+import zlib
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import IO
@@ -19,6 +20,7 @@ from analyzer.errors import StallscopeError
 GZIP_MAGIC = b"\x1f\x8b"
 ZIP_MAGIC = b"PK\x03\x04"
 MAX_MEMBERS = 4096
+MAX_NAME, MAX_PART = 1024, 200  # a member's path and each of its parts (file systems allow 255 bytes)
 
 
 class BadUpload(StallscopeError):
@@ -26,16 +28,58 @@ class BadUpload(StallscopeError):
 
 
 def kind_of(path: Path) -> str:
-    """``zip``, ``tar``, ``gzip`` (a gzipped file: a trace or a tar.gz) or ``json``, from the first bytes."""
+    """``zip``, ``tar``, ``gzip`` (a gzipped trace) or ``json``, from the first bytes; ``BadUpload`` for
+    anything else (an image, a program, a pickle, random bytes), so that it is refused at once."""
     with path.open("rb") as f:
         head = f.read(512)
     if head.startswith(ZIP_MAGIC):
         return "zip"
     if head.startswith(GZIP_MAGIC):
-        return "tar" if _is_tar(path) else "gzip"
+        if _is_tar(path):
+            return "tar"
+        inflated = _inflated_head(path)
+        if inflated is None:
+            raise BadUpload("not a trace or bundle: a gzip file that does not inflate")
+        if not _looks_like_json(inflated):
+            raise BadUpload("not a trace or bundle: a gzip file whose content is not JSON")
+        return "gzip"
     if len(head) >= 262 and head[257:262] == b"ustar":
         return "tar"
+    if not _looks_like_json(head):
+        raise BadUpload(f"not a trace or bundle: {_what(head)}, not JSON, gzip, zip or tar")
     return "json"
+
+
+_SIGNATURES = (
+    (b"\x89PNG", "a PNG image"), (b"\xff\xd8\xff", "a JPEG image"), (b"GIF8", "a GIF image"),
+    (b"\x7fELF", "an ELF program"), (b"MZ", "a Windows program"), (b"%PDF", "a PDF document"),
+    (b"\x80", "a Python pickle"), (b"BZh", "a bzip2 file"), (b"\xfd7zXZ", "an xz file"),
+    (b"\x28\xb5\x2f\xfd", "a zstd file"), (b"PAR1", "a Parquet file"), (b"SQLite format", "an SQLite file"),
+)  # fmt: skip
+
+
+def _what(head: bytes) -> str:
+    for magic, name in _SIGNATURES:
+        if head.startswith(magic):
+            return name
+    return "unknown content"
+
+
+def _looks_like_json(head: bytes) -> bool:
+    """Whether ``head`` could start a trace: a JSON object or array after optional BOM and whitespace
+    (or nothing but whitespace so far: a document may follow a long run of it)."""
+    text = head.removeprefix(b"\xef\xbb\xbf").lstrip(b" \t\r\n")
+    return not text or text[:1] in (b"{", b"[")
+
+
+def _inflated_head(path: Path, size: int = 4096) -> bytes | None:
+    """The first bytes of a gzip file's content; None when not even they inflate."""
+    inflate = zlib.decompressobj(wbits=31)
+    try:
+        with path.open("rb") as f:
+            return inflate.decompress(f.read(64 << 10), size)
+    except (OSError, zlib.error):
+        return None
 
 
 def _is_tar(path: Path) -> bool:
@@ -62,9 +106,16 @@ def place(upload: Path, folder: Path, max_bytes: int) -> Path:
         if count > MAX_MEMBERS:
             raise BadUpload(f"bundle has more than {MAX_MEMBERS} files")
         target = out.joinpath(*rel.parts)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with stream as src, target.open("xb") as dst:
-            total += _copy_bounded(src, dst, max_bytes - total)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with stream as src, target.open("xb") as dst:
+                total += _copy_bounded(src, dst, max_bytes - total)
+        except FileExistsError:
+            raise BadUpload(f"bundle has two members named {str(rel)[:100]!r}") from None
+        except (NotADirectoryError, IsADirectoryError):
+            raise BadUpload(f"bundle member {str(rel)[:100]!r} is both a file and a folder") from None
+        except OSError as exc:  # a name the file system refuses (too long, ...)
+            raise BadUpload(f"bundle member {str(rel)[:100]!r} cannot be stored ({exc.strerror})") from None
     upload.unlink()
     return _trace_root(out).relative_to(folder)
 
@@ -82,6 +133,8 @@ def _copy_bounded(src: IO[bytes], dst: IO[bytes], budget: int) -> int:
 def safe_member(name: str) -> PurePosixPath:
     """A bundle member's name as a relative path inside the bundle, or ``BadUpload``."""
     rel = PurePosixPath(name.replace("\\", "/"))
+    if len(name) > MAX_NAME or any(len(p.encode()) > MAX_PART for p in rel.parts):
+        raise BadUpload(f"bundle member {name[:100]!r}... has a name longer than the store allows")
     if not name or rel.is_absolute() or ".." in rel.parts or ":" in name or "\x00" in name:
         raise BadUpload(f"bundle member {name!r} has an unsafe path")
     parts = [p for p in rel.parts if p not in ("", ".")]

@@ -63,6 +63,8 @@ class Profile:
         rec, self._recorder = self._recorder, None
         if rec is None:
             return
+        if rec.forked:  # a child the block forked: the bundle is the parent's to write
+            return
         code = 0 if exc_type is None else 130 if issubclass(exc_type, KeyboardInterrupt) else 1
         self.recording = rec.finish(code)
         self.bundle = self.recording.bundle

@@ -13,6 +13,7 @@ from pathlib import Path
 import stallscope.dashboard_cmd as dashboard_cmd
 from analyzer.errors import StallscopeError, UsageError
 from stallscope import __version__, profile_cmd, report_cmd
+from stallscope.watchdog import add_input_limits
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ def _configure_analyze(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-cache", action="store_true", help="parse the trace even if a cached model exists")
     p.add_argument("-q", "--quiet", action="store_true", help="no summary on stdout, no progress on stderr")
     p.add_argument("--top", type=int, default=3, metavar="N", help="findings to list (default 3)")
+    add_input_limits(p)
 
 
 def _run_analyze(args: argparse.Namespace) -> int:
@@ -74,7 +76,9 @@ def _run_analyze(args: argparse.Namespace) -> int:
     how = Execution(workers, args.scheduler, not args.no_cache)
     progress = Progress(enabled=not args.quiet)
     try:
-        result, job = load_and_analyse_job(args.trace, args.rank, how, progress)
+        result, job = load_and_analyse_job(
+            args.trace, args.rank, how, progress, args.time_limit, args.max_inflated_mb
+        )
     finally:
         progress.done()
     if args.json:
@@ -124,6 +128,7 @@ def _configure_check(p: argparse.ArgumentParser) -> None:
         help="fail if the host is blocked in syncs more than F of the window",
     )
     p.add_argument("--no-cache", action="store_true", help="parse the trace even if a cached model exists")
+    add_input_limits(p)
 
 
 def _run_check(args: argparse.Namespace) -> int:
@@ -142,7 +147,9 @@ def _run_check(args: argparse.Namespace) -> int:
     ):
         if value is not None and not 0.0 <= value <= 1.0:
             raise UsageError(f"check: {name} must be a fraction between 0 and 1, not {value}")
-    s = load_and_analyse(args.trace, args.rank, not args.no_cache).summary
+    s = load_and_analyse(
+        args.trace, args.rank, not args.no_cache, None, args.time_limit, args.max_inflated_mb
+    ).summary
     cache.wait()
     wall = s.wall_us or 1.0
     measured = [
@@ -226,6 +233,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except MemoryError:
         print("stallscope: error: out of memory", file=sys.stderr)
+        return 2
+    except Exception as exc:  # a bug met on some input: one line and exit 2, never 1 (check's "failed")
+        if os.environ.get("STALLSCOPE_TRACEBACK"):
+            raise
+        where = f" on {args.trace}" if isinstance(getattr(args, "trace", None), str) else ""
+        print(
+            f"stallscope: internal error{where}: {type(exc).__name__}: {' '.join(str(exc).split())}"[:500]
+            + " (set STALLSCOPE_TRACEBACK=1 for details; please report it)",
+            file=sys.stderr,
+        )
         return 2
 
 

@@ -30,19 +30,44 @@ def configure_dashboard(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="largest upload accepted, in MB (default 512; larger requests are answered 413)",
     )
+    p.add_argument(
+        "--max-inflated-mb",
+        type=float,
+        default=4096,
+        metavar="MB",
+        help="refuse a trace holding more than MB of JSON once inflated (default 4096)",
+    )
+    p.add_argument(
+        "--analysis-memory-mb",
+        type=int,
+        default=16384,
+        metavar="MB",
+        help="address space each analysis process may use (default 16384); beyond it the entry fails",
+    )
+    p.add_argument(
+        "--analysis-time-limit",
+        type=float,
+        default=None,
+        metavar="S",
+        help="seconds an analysis may take (default: 60 s + 3 s per MB of JSON, as the CLI's --time-limit)",
+    )
 
 
 def run_dashboard(args: argparse.Namespace) -> int:
     from dashboard.app import Running, create_app, open_services
     from dashboard.store import default_root
+    from dashboard.worker import Limits
 
     if args.max_upload_mb <= 0:
         raise UsageError(f"--max-upload-mb must be a positive number of MB, not {args.max_upload_mb}")
+    if args.max_inflated_mb <= 0 or args.analysis_memory_mb <= 0:
+        raise UsageError("--max-inflated-mb and --analysis-memory-mb must be positive numbers of MB")
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port must be between 0 and 65535, not {args.port}")
     store_dir = args.store or default_root()
     try:
-        services = open_services(store_dir, args.max_upload_mb)
+        limits = Limits(args.max_inflated_mb, args.analysis_memory_mb, args.analysis_time_limit)
+        services = open_services(store_dir, args.max_upload_mb, limits=limits)
     except OSError as exc:
         raise UsageError(f"--store {store_dir}: cannot use it ({exc.strerror or exc})") from None
     try:

@@ -15,19 +15,24 @@ from analyzer.job.verdict import analyze_job, dedupe
 from analyzer.loader import load_file
 from stallscope.analysing import load_and_analyse
 from stallscope.progress import Progress
+from stallscope.watchdog import MAX_INFLATED_MB
 
 
 def load_and_analyse_job(
-    inputs: list[str], rank: int | None, how: Execution, progress: Progress | None = None
+    inputs: list[str],
+    rank: int | None,
+    how: Execution,
+    progress: Progress | None = None,
+    time_limit_s: float | None = None,
+    max_inflated_mb: float = MAX_INFLATED_MB,
 ) -> tuple[Analysis, JobAnalysis | None]:
     """A single rank (one file or bundle): today's analysis and no job. Two or more rank files: every
     rank reduced (``how``), the job analysis, and the full analysis of ``rank`` (default: the lowest)
     whose ``per_rank`` holds every rank's summary."""
     files = job_files(inputs)
     if len(files) < 2:
-        return load_and_analyse(
-            inputs[0] if len(inputs) == 1 else str(files[0]), rank, how.use_cache, progress
-        ), None
+        one = inputs[0] if len(inputs) == 1 else str(files[0])
+        return load_and_analyse(one, rank, how.use_cache, progress, time_limit_s, max_inflated_mb), None
     say = progress or (lambda _m: None)
     say(f"ranks analysed 0/{len(files)}")
     tables, failures = reduce_all(files, how, say)

@@ -134,7 +134,7 @@ def _report(code: int, bundle: Path, traced: bool, mode: str, steps: int, args: 
     def say(msg: str) -> None:
         print(f"stallscope: {msg}", file=sys.stderr)
 
-    if code == 130:
+    if code in (129, 130, 143):  # SIGHUP, SIGINT, SIGTERM
         say("interrupted: the bundle holds what ran until then")
     if not traced:
         say(
@@ -153,11 +153,10 @@ def _report(code: int, bundle: Path, traced: bool, mode: str, steps: int, args: 
 
 
 def _analyze(bundle: Path) -> None:
-    from analyzer.analysis import analyze
-    from analyzer.loader import load
+    from stallscope.analysing import load_and_analyse
     from stallscope.terminal import render
 
-    try:
-        print(render(analyze(load(bundle, use_cache=False))))
+    try:  # under the watchdog, as `stallscope analyze`
+        print(render(load_and_analyse(str(bundle), None, use_cache=False)))
     except StallscopeError as exc:  # the program's exit code stands; the analysis is extra
         print(f"stallscope: could not analyse the bundle: {exc}", file=sys.stderr)

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from analyzer.errors import UsageError
+from stallscope.watchdog import add_input_limits
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -28,6 +29,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--no-cache", action="store_true", help="parse the trace even if a cached model exists")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    add_input_limits(p)
 
 
 def default_output(trace: str) -> Path:
@@ -63,7 +65,9 @@ def run(args: argparse.Namespace) -> int:
     progress = Progress(enabled=not args.quiet)
     try:
         how = Execution(use_cache=not args.no_cache)
-        result, job = load_and_analyse_job([args.trace], args.rank, how, progress)
+        result, job = load_and_analyse_job(
+            [args.trace], args.rank, how, progress, args.time_limit, args.max_inflated_mb
+        )
         try:
             size = report.write(result, out, report.ReportOptions(cdn=args.cdn), progress, job)
         except OSError as exc:

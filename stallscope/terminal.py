@@ -6,6 +6,7 @@ from analyzer.analysis import Analysis
 from analyzer.counters import window_stats
 from analyzer.critical import VERDICT
 from analyzer.model import LaneKind
+from analyzer.numbers import ratio
 
 _MAX_STEP_ROWS = 4
 
@@ -73,7 +74,7 @@ def _verdict(a: Analysis) -> list[str]:
     if saving > 0 and a.whatif:
         best = max(a.whatif.results[:1] + a.whatif.results[4:], key=lambda w: w.saving_us)
         out.append(
-            f"            best realistic saving {ms(saving)} ({saving / wall:.0%}) with {best.scenario.value}"
+            f"            best realistic saving {ms(saving)} ({ratio(saving, wall):.0%}) with {best.scenario.value}"
         )
     else:
         out.append("            no realistic saving found from removing avoidable syncs or overlapping input")

@@ -1,0 +1,120 @@
+"""Decompression and nesting bombs (issue 14): a few hundred KB of gzip that inflate to hundreds of MB,
+whitespace before a document, JSON nested millions deep. Each is refused with one line, or analysed, in
+bounded memory: the inflate is streamed and counted, never done whole first.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+import zlib
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+from _kineto import document, launch_pair
+
+from stallscope.cli import main
+
+MB = 1 << 20
+
+
+def gzip_stream(path: Path, chunks: Iterable[bytes]) -> Path:
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+    with path.open("wb") as f:
+        for chunk in chunks:
+            f.write(packer.compress(chunk))
+        f.write(packer.flush())
+    return path
+
+
+def whitespace(mb: int) -> Iterable[bytes]:
+    return (b" " * MB for _ in range(mb))
+
+
+VALID = json.dumps(document(launch_pair(0, 1, 30, 10, ext=11))).encode()
+
+
+def peak_rss_mb(argv: list[str]) -> tuple[int, str, float]:
+    """Run ``stallscope ARGV`` in a child process: exit code, stderr, peak resident memory in MB."""
+    # VmHWM, not ru_maxrss: the latter keeps the forking test process's peak across exec
+    code = "import sys; from stallscope.cli import main; rc = main(sys.argv[1:]); "
+    code += "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]; "
+    code += "print(hwm, file=sys.stderr); sys.exit(rc)"
+    proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120)
+    *lines, rss = proc.stderr.strip().splitlines()
+    return proc.returncode, "\n".join(lines), int(rss) / 1024
+
+
+def test_gzip_of_only_whitespace_is_empty_in_bounded_memory(tmp_path: Path) -> None:
+    # GIVEN ~300 KB of gzip holding 300 MB of whitespace
+    bomb = gzip_stream(tmp_path / "ws.json.gz", whitespace(300))
+    assert bomb.stat().st_size < MB
+    # WHEN analysed THEN one line says the file is empty, and memory never held the 300 MB
+    code, err, rss = peak_rss_mb(["analyze", "--no-cache", "-q", str(bomb)])
+    assert code == 2 and err == f"stallscope: error: {bomb}: empty file (only whitespace)"
+    assert rss < 250, rss
+
+
+def test_whitespace_before_a_document_is_analysed_in_bounded_memory(tmp_path: Path) -> None:
+    # GIVEN 300 MB of whitespace, then a valid trace, gzipped
+    trace = gzip_stream(tmp_path / "late.json.gz", itertools.chain(whitespace(300), [VALID]))
+    out = tmp_path / "a.json"
+    # WHEN analysed THEN the trace is read as if the whitespace were not there
+    code, err, rss = peak_rss_mb(["analyze", "--no-cache", "-q", str(trace), "--json", str(out)])
+    assert code == 0, err
+    assert json.loads(out.read_text())["summary"]["device_busy_us"] == 10.0
+    assert rss < 250, rss
+
+
+@pytest.mark.parametrize("streamed", [True, False], ids=["streamed", "whole"])
+def test_inflated_size_over_the_limit_is_refused(tmp_path: Path, streamed: bool) -> None:
+    # GIVEN a gzip (big enough to stream, or small) whose JSON is 3 MB once inflated
+    body = b" " * (3 * MB) + VALID
+    if streamed:
+        body = os.urandom(600_000).hex().encode()[: 3 * MB] + body  # incompressible: >= 64 KB of gzip
+    trace = gzip_stream(tmp_path / "t.json.gz", [body])
+    # WHEN analysed with --max-inflated-mb 2 THEN one line refuses it
+    err = tmp_path / "err"
+    with err.open("w") as f, pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sys, "stderr", f)
+        code = main(["analyze", "--no-cache", "-q", "--max-inflated-mb", "2", str(trace)])
+    assert code == 2
+    assert err.read_text() == (
+        f"stallscope: error: {trace}: holds more than 2 MB of JSON once inflated (--max-inflated-mb)\n"
+    )
+
+
+def test_plain_json_over_the_limit_is_refused_before_reading(tmp_path: Path) -> None:
+    trace = tmp_path / "big.json"
+    trace.write_bytes(b" " * (3 * MB) + VALID)
+    assert main(["check", "--no-cache", "--max-inflated-mb", "2", "--max-idle-frac", "1", str(trace)]) == 2
+
+
+def test_nesting_bomb_is_one_line(tmp_path: Path) -> None:
+    # GIVEN 100 KB of gzip holding an event list nested 20 million (20 Mi) deep
+    opening, closing = b"[" * MB, b"]" * MB
+    chunks = itertools.chain([b'{"traceEvents":['], [opening] * 20, [closing] * 20, [b"]}"])
+    bomb = gzip_stream(tmp_path / "nest.json.gz", chunks)
+    code, err, rss = peak_rss_mb(["analyze", "--no-cache", "-q", str(bomb)])
+    assert (code, err) == (2, f"stallscope: error: {bomb}: invalid JSON (nested too deeply)")
+    assert rss < 400, rss
+
+
+def test_millions_of_tiny_events_are_refused_by_count(tmp_path: Path) -> None:
+    # GIVEN 100,000 events of 26 bytes each: 2.6 MB of JSON, but as many events as 20 MB of real ones
+    event = b'{"ph":"X","ts":1,"dur":1},'
+    trace = gzip_stream(tmp_path / "tiny.json.gz", [b'{"traceEvents":[', event * 100_000, b"{}]}"])
+    err = tmp_path / "err"
+    # WHEN analysed with --max-inflated-mb 10 (at most 66,666 events: one per 150 bytes)
+    with err.open("w") as f, pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sys, "stderr", f)
+        code = main(["analyze", "--no-cache", "-q", "--max-inflated-mb", "10", str(trace)])
+    # THEN it is refused with one line before the model is built
+    assert code == 2
+    assert err.read_text() == (
+        f"stallscope: error: {trace}: more than 66,666 events (the limit that comes with --max-inflated-mb)\n"
+    )
