@@ -164,7 +164,7 @@ def build_graph(model: TraceModel) -> Graph:
     graph_launch = (act_call >= 0) & (ev.api[per_call(calls, act_call)] == ApiKind.GRAPH_LAUNCH)
     info = Activities(
         act_lane, act_device, act_start, act_end, act_prev, issued, act_call,
-        per_call(after_wait, act_call) & (act_call >= 0), graph_launch,
+        per_call(after_wait, act_call).astype(np.bool_) & (act_call >= 0), graph_launch,
     )  # fmt: skip
     recorded = _stream_waits(model, len(acts), issue)
     prev_end = info.prev_end()
