@@ -388,6 +388,8 @@ def _source(a: Analysis, doc: Doc, opts: ReportOptions) -> Doc:
         "skipped": src["skipped"],
         "notes": src["notes"],
         "unlinked": src["unlinked_device_events"],
+        # the folder a rank's own report is made from (rank files sit side by side in it)
+        "rank_folder": str(Path(src["path"]).parent) if len(src["ranks"]) > 1 else "",
     }
 
 

@@ -44,6 +44,13 @@ def test_report_of_a_job_has_heatmaps_and_a_skew_chart(job_folder: Path) -> None
     bars = skew["data"][0]  # type: ignore[index]
     assert bars["y"] == pytest.approx([i.skew_us / 1000 for i in job.instances])  # type: ignore[index]
     assert "rank 1 last" in bars["customdata"][2]  # type: ignore[index]
+    # AND a click on a rank goes to its own summary, which says how to make its own report
+    targets = set(re.findall(r'href="#(rank-\d+)"', page))
+    assert targets == {"rank-0", "rank-1", "rank-2"}
+    for t in targets:
+        row = page.split(f'id="{t}"', 1)[1].split("</tr>", 1)[0]
+        rank = t.split("-")[1]
+        assert rank == "0" or f"--rank {rank}</td>" in row
 
 
 def test_trace_text_in_the_job_section_is_escaped(job_folder: Path) -> None:
