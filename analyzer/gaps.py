@@ -114,7 +114,8 @@ class _Leads:
             if waited[c] > 0 and any(g.act_device[a] == device for a in g.call_waits[c])
         ]
         self.done = [float(g.call_awaited[c]) for c in self.calls]
-        self.budget = {c: float(waited[c]) for c in self.calls}
+        self.waited = {c: float(waited[c]) for c in self.calls}
+        self.budget = dict(self.waited)
 
     def current(self, gap_start: float) -> int:
         """The latest call whose awaited completion came at or before the gap's start (-1: none)."""
@@ -144,7 +145,7 @@ def _judge(
     rest = _judge_rest(model, g, g0 + charge, g1, ending, input_by_lane, work)
     if lead >= 0 and charge >= rest.share:
         e = int(g.call_event[lead])
-        detail = f"{model.name_of(e)} blocked the host {float(g.waited()[lead]):.0f} us{_op(model, e)}"
+        detail = f"{model.name_of(e)} blocked the host {leads.waited[lead]:.0f} us{_op(model, e)}"
         if charge < g1 - g0 - 1e-6:
             detail += f" (explains {charge:.0f} us of the gap; the rest: {rest.cause.value})"
         return Gap(device, g0, g1, Cause.SYNC, detail, call_site(model, e), lead, charge)
