@@ -80,11 +80,9 @@ def find_syncs(
     is the collector's exact line when a sidecar recorded the call, else the innermost user frame."""
     waited = g.waited()
     acts_by_call = activities_by_call(g.act_call)
-    pageable = {
-        c
-        for c, acts in acts_by_call.items()
-        if any("Pageable" in model.name_of(int(g.act_event[a])) for a in acts)
-    }
+    pageable_name = np.array(["Pageable" in name for name in model.strings], dtype=np.bool_)
+    touches = pageable_name[model.events.name[g.act_event]] & (g.act_call >= 0)
+    pageable = set(g.act_call[touches].tolist())  # calls that copied to or from pageable memory
     inside = (g.call_start >= start_us) & (g.call_start <= end_us)
     candidates = np.flatnonzero(
         inside & ((g.call_blocking != Blocking.NO) | np.isin(np.arange(g.calls), list(pageable)))
