@@ -46,7 +46,7 @@ def test_real_trace_report(name: str, shared_traces: Path) -> None:
     assert text.count('class="finding"') == len(a.findings)
     if rank is not None:
         assert doc["source"]["rank"] == rank and f"rank {rank} of ranks" in text
-        shown = dict(re.findall(r'<tr data-rank="(\d+)" data-utilization="([^"]+)"', text))
+        shown = dict(re.findall(r'<tr id="rank-\d+" data-rank="(\d+)" data-utilization="([^"]+)"', text))
         assert {int(r): float(u) for r, u in shown.items()} == {
             r: pytest.approx(s.device_utilization) for r, s in a.per_rank.items()
         }
