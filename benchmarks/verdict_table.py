@@ -25,7 +25,9 @@ def row(name: str, a: Analysis) -> str:
         return f"| {name} | - | - | {util} | - | - | - |"
     shares = sorted(((s, k) for k, s in v.path_share.items() if s >= 0.01), reverse=True)[:3]
     path = ", ".join(f"{k} {s:.0%}" for s, k in shares)
-    sens = " / ".join(f"{v.sensitivity_us[k] / window:.0%}" for k in ("device", "host", "input", "sync", "launch"))
+    sens = " / ".join(
+        f"{v.sensitivity_us[k] / window:.0%}" for k in ("device", "host", "input", "sync", "launch")
+    )
     return (
         f"| {name} | **{v.bottleneck}** ({v.basis}) | {window / 1000:,.1f} | {util} | {path} | {sens} | "
         f"{len(a.warnings)} |"

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from analyzer.errors import StallscopeError, UsageError
+from collector.window import DEFAULT_MAX_EVENTS
 
 _PY_SUFFIXES = (".py", ".pyw")
 
@@ -33,6 +34,19 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--shapes", action="store_true", help="record input shapes of ops")
     p.add_argument("--memory", action="store_true", help="record memory allocations")
+    p.add_argument(
+        "--stacks",
+        action="store_true",
+        help="record Python stacks (costly: an event per Python call; sync lines are exact without them)",
+    )
+    p.add_argument(
+        "--max-events",
+        type=int,
+        default=DEFAULT_MAX_EVENTS,
+        metavar="N",
+        help=f"profile fewer steps when the first step shows more would exceed N events "
+        f"(default {DEFAULT_MAX_EVENTS:,}; 0: no limit)",
+    )
     p.add_argument("--no-analyze", action="store_true", help="write the bundle, do not print the verdict")
     p.add_argument(
         "--upload",
@@ -53,7 +67,16 @@ def run(args: argparse.Namespace) -> int:
     if not args.program:
         raise UsageError("profile: give a script (script.py [args...]) or -m module [args...]")
     target, argv = args.program[0], list(args.program[1:])
-    options = ProfileOptions(args.skip, args.warmup, args.steps, args.duration, args.shapes, args.memory)
+    options = ProfileOptions(
+        args.skip,
+        args.warmup,
+        args.steps,
+        args.duration,
+        args.shapes,
+        args.memory,
+        stacks=args.stacks,
+        max_events=args.max_events,
+    )
     options.check()
     if args.module:
         name, program_dir = _check_module(target), Path.cwd()
@@ -69,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
         for note in session.notes:
             say(note)
         session.on_window_closed = say
+        session.on_progress = say
 
     def body() -> int:
         return run_module(target, argv) if args.module else run_script(target, argv)
@@ -143,7 +167,10 @@ def _report(code: int, bundle: Path, traced: bool, mode: str, steps: int, args: 
             "(step timing is in the sidecar); try --skip 0 --warmup 0"
         )
     elif mode == "whole_run":
-        say("no steps seen (no optimizer.step() or stallscope.step()): profiled the whole run")
+        say(
+            "no steps seen (no optimizer.step() or stallscope.step()): profiled the whole run from its "
+            "first torch call (imports are not profiled)"
+        )
     sys.stdout.flush()
     if traced and not args.no_analyze:
         _analyze(bundle)
