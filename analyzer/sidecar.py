@@ -4,7 +4,8 @@ Schema ``stallscope.sidecar/1`` (written by ``stallscope profile``; documented i
 
     {"schema": "stallscope.sidecar/1",
      "run": {...},                                    # torch / CUDA versions, device, command line, git
-     "sync_sites": [{"file", "line", "function", "op", "thread", "count", "first_us", "times_us": [...]}],
+     "sync_sites": [{"file", "line", "function", "op", "thread", "on_device", "count", "first_us",
+                     "times_us": [...]}],
      "step_timing": {...}}
 
 ``thread`` is the OS thread id as the trace's ``tid`` writes it; ``times_us`` are call starts on the trace
@@ -37,6 +38,12 @@ class Sidecar:
     sites: tuple[CallSite, ...]
     ops: tuple[str, ...]
     by_thread: dict[str, tuple[F64, np.ndarray]]  # tid -> (sorted call times, site index per time)
+    # per site: whether its tensor is (or, on a CPU-only run, would be) on the accelerator; True when
+    # the collector did not say (older bundles)
+    on_device: tuple[bool, ...] = ()
+
+    def site_on_device(self, i: int) -> bool:
+        return self.on_device[i] if i < len(self.on_device) else True
 
     def exact_site(self, thread: str, start_us: float, end_us: float) -> CallSite | None:
         """The recorded call on ``thread`` that started latest at or before ``end_us`` and no earlier than
@@ -65,11 +72,13 @@ def read_sidecar(folder: Path) -> tuple[Sidecar | None, str | None]:
 def _parse(doc: dict[str, Any], path: str) -> Sidecar:
     sites: list[CallSite] = []
     ops: list[str] = []
+    on_device: list[bool] = []
     per_thread: dict[str, tuple[list[float], list[int]]] = {}
     for rec in doc.get("sync_sites") or []:
         site = CallSite(str(rec["file"]), int(rec["line"]), str(rec["function"]))
         sites.append(site)
         ops.append(str(rec.get("op", "")))
+        on_device.append(rec.get("on_device") is not False)
         times, index = per_thread.setdefault(str(rec.get("thread", "")), ([], []))
         for t in rec.get("times_us") or [rec.get("first_us")]:
             if isinstance(t, int | float):
@@ -83,4 +92,4 @@ def _parse(doc: dict[str, Any], path: str) -> Sidecar:
     timing = doc.get("step_timing")
     run = run if isinstance(run, dict) else {}
     timing = timing if isinstance(timing, dict) else {}
-    return Sidecar(path, run, timing, tuple(sites), tuple(ops), by_thread)
+    return Sidecar(path, run, timing, tuple(sites), tuple(ops), by_thread, tuple(on_device))

@@ -51,6 +51,8 @@ class Recorder:
                 steps_seen=capture.steps_seen,
                 options=asdict(self.session.options),
                 notes=capture.notes,
+                step_source=capture.step_source,
+                dataloaders=capture.dataloaders,
             )
             bundle = self.staging.commit(sidecar(meta, capture.sync_sites, capture.step_timing))
         except BaseException:

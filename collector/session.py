@@ -43,6 +43,7 @@ from types import FrameType
 from typing import Any
 
 from analyzer.errors import StallscopeError
+from collector.origin import DataLoaderWatch, OriginTracker
 from collector.window import DEFAULT_MAX_EVENTS, FirstOpTrigger, Heartbeat, budget_steps, recorded_events
 
 TORCH_MISSING = (
@@ -89,6 +90,8 @@ class Capture:
     sync_sites: list[dict[str, Any]] = field(default_factory=list)
     step_timing: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    step_source: str | None = None  # "optimizer" | "explicit" (stallscope.step()) | None (no steps)
+    dataloaders: list[dict[str, Any]] = field(default_factory=list)  # each DataLoader's arguments
 
 
 _active: Session | None = None
@@ -151,6 +154,8 @@ class Session:
         self._wrapped: tuple[Any, Any, Any] | None = None  # (optimizer, its own step or None, our step)
         self._awaiting_start = False  # the fallback was dropped; the scheduled profiler starts next step
         self._trigger: FirstOpTrigger | None = None  # opens the window at the first torch call
+        self._origin: OriginTracker | None = None  # CPU-only runs: marks tensors a GPU run would hold
+        self._loaders = DataLoaderWatch()
         self._first_step_events = 0  # events recorded up to the first step (the budget's measure)
         self._active_steps = options.steps  # steps the scheduled window records (the budget may cut it)
         self._heartbeat: Heartbeat | None = None
@@ -184,6 +189,10 @@ class Session:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
         self._hook = register_optimizer_step_post_hook(self._on_optimizer_step)
+        self._loaders.install()
+        if not self.cuda:  # where each tensor would live: the ground for would-be syncs
+            self._origin = OriginTracker()
+            self._origin.install()
         self._trigger = FirstOpTrigger(self._open_window)
         self._trigger.install()
         if self.options.duration is not None:
@@ -213,6 +222,9 @@ class Session:
             self._disarm_alarm()
             if self._trigger is not None:
                 self._trigger.remove()
+            if self._origin is not None:
+                self._origin.remove()
+            self._loaders.remove()
             if self._hook is not None:
                 self._hook.remove()
             self._unwrap_steps()
@@ -233,7 +245,14 @@ class Session:
             sync_sites=list(self._sync_sites),
             step_timing=dict(self._timer.summary()) if self._timer is not None else {},
             notes=list(self.notes),
+            step_source=self._step_source(),
+            dataloaders=list(self._loaders.loaders),
         )
+
+    def _step_source(self) -> str | None:
+        if self._explicit:
+            return "explicit"
+        return "optimizer" if self._optimizer_id is not None else None
 
     # -- steps -----------------------------------------------------------------------------------
 
@@ -469,9 +488,8 @@ class Session:
             return
         recorder_cls = _optional("collector.sites", "SyncSiteRecorder")
         if recorder_cls is not None:
-            self._recorder = recorder_cls(
-                strategy="patch"
-            )  # ~0 cost on non-sync ops (a mode: +2-3 us per op)
+            # ~0 cost on non-sync ops (a mode: +2-3 us per op)
+            self._recorder = recorder_cls(strategy="patch", latent=not self.cuda)
             self._recorder.__enter__()
 
     def _exit_recorder(self, keep: bool) -> None:

@@ -18,7 +18,7 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
     [
         ("item_logging", "would_sync_scalar_read", 18),
         ("mask_indexing", "would_sync_data_dependent", 15),
-        ("decode_readback", "would_sync_scalar_read", 20),
+        ("decode_readback", "would_sync_decode", 20),
         ("pageable_copy", "would_sync_to_host", 15),
         ("blanket_sync", "would_sync_blanket", 17),
         ("clean_pipeline", None, None),

@@ -2,7 +2,7 @@
 ``optimizer.step(closure)`` with up to 20 closure calls per step. Many tiny ops per step: the case that
 makes profiling cost explode without an event budget.
 
-Usage: python examples/lbfgs_sequence.py [STEPS] [LENGTH] [SAMPLES]
+Usage: python benchmarks/lbfgs_sequence.py [STEPS] [LENGTH] [SAMPLES]
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def main(steps: int = 15, length: int = 1000, samples: int = 97) -> None:
             return loss
 
         loss = optimizer.step(closure)
-        print(f"step {i} loss {float(loss):.6f}")
+        print(f"step {i} loss {loss.item():.6f}")
 
 
 if __name__ == "__main__":
