@@ -109,3 +109,16 @@ def test_check_gate_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", "/no/such/trace.json", "--max-avoidable-syncs", "0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(line.startswith("stallscope: error: ") for line in err)
+
+
+def test_cpu_only_step_table_shows_no_device_columns() -> None:
+    # GIVEN a CPU-only recording with profiled steps, WHEN the terminal verdict is rendered
+    from stallscope.terminal import render
+
+    a = analyze(load(SAMPLES / "examples" / "item_logging"))
+    lines = render(a).splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("  steps     name"))
+    # THEN the steps table has the wall time only: no device busy 0 / device idle = wall
+    assert lines[head].split() == ["steps", "name", "wall"]
+    row = lines[head + 1].split()
+    assert row[0] == a.steps[0].name and len(row) == 3
