@@ -37,14 +37,16 @@ import time
 import types
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from analyzer.errors import StallscopeError
+from collector.options import Capture as Capture
+from collector.options import ProfileOptions as ProfileOptions
 from collector.origin import DataLoaderWatch, OriginTracker
-from collector.window import DEFAULT_MAX_EVENTS, FirstOpTrigger, Heartbeat, budget_steps, recorded_events
+from collector.program import OURS, ForwardSteps, OwnProfilerWatch
+from collector.window import FirstOpTrigger, Heartbeat, budget_steps, recorded_events, release, renumber
 
 TORCH_MISSING = (
     "torch is not installed; the collector needs it: `pip install torch` "
@@ -52,46 +54,6 @@ TORCH_MISSING = (
 )
 _RECORDING = ("RECORD", "RECORD_AND_SAVE")
 WHOLE_RUN_NOTE = "no steps: profiled the whole run from its first torch call (imports are not profiled)"
-
-
-@dataclass(frozen=True)
-class ProfileOptions:
-    """What to record. Defaults give a few steady-state steps of a typical training loop."""
-
-    skip: int = 5
-    warmup: int = 2
-    steps: int = 5
-    duration: float | None = None
-    shapes: bool = False
-    memory: bool = False
-    stacks: bool = False  # Python frames in the trace: the sidecar's sync sites make them optional
-    max_events: int = DEFAULT_MAX_EVENTS  # 0: no budget
-
-    def check(self) -> None:
-        """Raise ``StallscopeError`` for values that make no sense."""
-        for name, value in (("skip", self.skip), ("warmup", self.warmup)):
-            if value < 0:
-                raise StallscopeError(f"--{name} must be 0 or more, not {value}")
-        if self.steps < 1:
-            raise StallscopeError(f"--steps must be 1 or more, not {self.steps}")
-        if self.max_events < 0:
-            raise StallscopeError(f"--max-events must be 0 (no limit) or more, not {self.max_events}")
-        if self.duration is not None and not self.duration > 0:
-            raise StallscopeError(f"--duration must be a positive number of seconds, not {self.duration}")
-
-
-@dataclass
-class Capture:
-    """What a session produced. ``trace`` is None when no profiled window was reached."""
-
-    trace: Path | None
-    mode: str  # "steps" | "whole_run" | "duration"
-    steps_seen: int
-    sync_sites: list[dict[str, Any]] = field(default_factory=list)
-    step_timing: dict[str, Any] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-    step_source: str | None = None  # "optimizer" | "explicit" (stallscope.step()) | None (no steps)
-    dataloaders: list[dict[str, Any]] = field(default_factory=list)  # each DataLoader's arguments
 
 
 _active: Session | None = None
@@ -156,6 +118,10 @@ class Session:
         self._trigger: FirstOpTrigger | None = None  # opens the window at the first torch call
         self._origin: OriginTracker | None = None  # CPU-only runs: marks tensors a GPU run would hold
         self._loaders = DataLoaderWatch()
+        self._forward = ForwardSteps(self._on_forward_step)
+        self._forward_source = False  # steps come from root-module calls
+        self._watch = OwnProfilerWatch(self._step_aside)
+        self._aside = False  # the program started its own profiler: ours stopped for good
         self._first_step_events = 0  # events recorded up to the first step (the budget's measure)
         self._active_steps = options.steps  # steps the scheduled window records (the budget may cut it)
         self._heartbeat: Heartbeat | None = None
@@ -190,6 +156,9 @@ class Session:
 
         self._hook = register_optimizer_step_post_hook(self._on_optimizer_step)
         self._loaders.install()
+        self._watch.install()
+        if self.options.auto_steps:
+            self._forward.install()
         if not self.cuda:  # where each tensor would live: the ground for would-be syncs
             self._origin = OriginTracker()
             self._origin.install()
@@ -202,12 +171,45 @@ class Session:
     def _open_window(self) -> None:
         """The program's first torch call (imports are over): start recording. Duration mode: one
         profiler, steps labelled; else the fallback (no labels), dropped at the first step."""
-        if self._stopped or self._scheduled or self._prof is not None or self._alarm_fired:
+        if self._stopped or self._scheduled or self._prof is not None or self._alarm_fired or self._aside:
             return
         always = self._torch.profiler.ProfilerAction.RECORD
         self._prof = self._profiler(schedule=(lambda _n: always) if self.options.duration else None)
+        if self.options.duration:
+            renumber(self._prof, self._steps + 1)
         self._prof.start()
         self._enter_recorder()
+
+    def _on_forward_step(self) -> None:
+        """A root-module call began after an earlier one ended: a step of an inference loop, unless the
+        optimizer or ``stallscope.step()`` marks the steps."""
+        if self._explicit or self._optimizer_id is not None or self._stopped:
+            self._forward.remove()
+            return
+        self._forward_source = True
+        self._step()
+
+    def _step_aside(self) -> None:
+        """The program is starting a profiler of its own: stop ours now (nothing is kept) and never
+        start another, so the program's profiling works as it would without stallscope."""
+        if self._aside or self._stopped:
+            return
+        self._aside = True
+        done = "its window was already written" if self._exported else "profiled nothing"
+        note = f"the program runs its own torch.profiler: stallscope stepped aside ({done}; steps are still timed)"
+        self.notes.append(note)
+        self._progress(note)
+        self._awaiting_start = False
+        self._exit_recorder(keep=False)
+        if self._trigger is not None:
+            self._trigger.remove()
+        prof, self._prof = self._prof, None
+        if prof is not None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                prof.on_trace_ready = None
+                prof.stop()
+            release(prof)
 
     def step(self) -> None:
         """Mark the end of one iteration: step timing, and the profiler's schedule."""
@@ -225,6 +227,8 @@ class Session:
             if self._origin is not None:
                 self._origin.remove()
             self._loaders.remove()
+            self._forward.remove()
+            self._watch.remove()
             if self._hook is not None:
                 self._hook.remove()
             self._unwrap_steps()
@@ -246,12 +250,15 @@ class Session:
             step_timing=dict(self._timer.summary()) if self._timer is not None else {},
             notes=list(self.notes),
             step_source=self._step_source(),
+            stepped_aside=self._aside,
             dataloaders=list(self._loaders.loaders),
         )
 
     def _step_source(self) -> str | None:
         if self._explicit:
             return "explicit"
+        if self._forward_source:
+            return "forward"
         return "optimizer" if self._optimizer_id is not None else None
 
     # -- steps -----------------------------------------------------------------------------------
@@ -263,7 +270,7 @@ class Session:
         the step, and the profiler's transition runs when ``optimizer.step`` has returned (the wrapper
         ``_wrap_step`` puts on this optimizer). When that wrapper is not on the call path (the program
         kept a reference to the old ``step``), transitions run here, in the safe order of ``_advance``."""
-        if self._explicit or self._stopped:
+        if self._explicit or self._stopped or self._forward_source:
             return
         if self._optimizer_id is None:
             self._optimizer_id = id(optimizer)
@@ -324,7 +331,7 @@ class Session:
 
     def _transition(self, inside_record_function: bool) -> None:
         """Advance the profiler's schedule by one step."""
-        if self._stopped:
+        if self._stopped or self._aside:
             return
         opened = self._scheduled or self.options.duration is not None
         if self._prof is None and not self._awaiting_start and opened:
@@ -377,7 +384,7 @@ class Session:
             prof.stop()
         if self.options.max_events:
             self._first_step_events = recorded_events(prof)
-        _release(prof)
+        release(prof)
 
     def _start_scheduled(self) -> None:
         self._awaiting_start = False
@@ -388,10 +395,12 @@ class Session:
             self._progress(note)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "won't be using warmup": --warmup 0 is the user's choice
-            sched = self._torch.profiler.schedule(
+            base = self._torch.profiler.schedule(
                 skip_first=o.skip, wait=0, warmup=o.warmup, active=self._active_steps, repeat=1
             )
-        self._prof = self._profiler(schedule=sched)
+        first = self._steps + 1  # the step starting now, numbered as the run counts (and stderr says)
+        self._prof = self._profiler(schedule=lambda n: base(max(n - first, 0)))
+        renumber(self._prof, first)
         self._prof.start()
         if self._prof.current_action.name in _RECORDING:
             self._enter_recorder()
@@ -414,7 +423,7 @@ class Session:
                 extra["experimental_config"] = torch.profiler._ExperimentalConfig(
                     enable_cuda_sync_events=True
                 )
-        return torch.profiler.profile(
+        prof = torch.profiler.profile(
             activities=activities,
             schedule=schedule,
             on_trace_ready=self._on_trace_ready,
@@ -423,6 +432,8 @@ class Session:
             with_stack=self.options.stacks,
             **extra,
         )
+        setattr(prof, OURS, True)  # the program's own profilers make the session step aside
+        return prof
 
     def _on_trace_ready(self, prof: Any) -> None:
         self._exit_recorder(keep=True)
@@ -478,7 +489,7 @@ class Session:
                     prof.stop()
             finally:
                 self._collected()
-            _release(prof)
+            release(prof)
         self._exit_recorder(keep=True)
 
     # -- sync sites ------------------------------------------------------------------------------
@@ -523,11 +534,3 @@ class Session:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, self._old_alarm)
             self._old_alarm = None
-
-
-def _release(prof: Any) -> None:
-    """Free a stopped profiler's results now, not whenever the garbage collector breaks the cycle through
-    ``on_trace_ready``: torch (2.13, with_stack) can crash freeing a session's results while a later
-    session runs."""
-    prof.on_trace_ready = None
-    prof.profiler = None

@@ -125,3 +125,21 @@ class Heartbeat:
     def stop(self) -> None:
         self._done.set()
         self._thread.join(timeout=1.0)
+
+
+def renumber(prof: Any, first: int) -> None:
+    """Number a new profiler's steps as the run counts them: its first step is ``ProfilerStep#first``
+    (its schedule is already shifted by ``first``), so the trace and stderr use one numbering."""
+    prof.step_num = first
+    action = prof.schedule(first)
+    prof.current_action = action
+    if hasattr(prof, "_prev_schedule_action"):
+        prof._prev_schedule_action = action
+
+
+def release(prof: Any) -> None:
+    """Free a stopped profiler's results now, not whenever the garbage collector breaks the cycle through
+    ``on_trace_ready``: torch (2.13, with_stack) can crash freeing a session's results while a later
+    session runs."""
+    prof.on_trace_ready = None
+    prof.profiler = None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from analyzer.errors import StallscopeError, UsageError
@@ -82,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
         name, program_dir = _check_module(target), Path.cwd()
     else:
         name, program_dir = _check_script(target), Path(target).resolve().parent
+    options = replace(options, auto_steps=not _marks_steps(target, args.module))
     require_torch()
     output = args.output or default_output(name)
 
@@ -99,6 +101,9 @@ def run(args: argparse.Namespace) -> int:
 
     rec = record(body, options, output, [target, *argv], program_dir, started)
     traced = rec.capture.trace is not None
+    if rec.capture.stepped_aside:  # said once when it happened; the program's own trace is the answer
+        print(f"  bundle    {rec.bundle}")
+        return rec.exit_code
     _report(rec.exit_code, rec.bundle, traced, rec.capture.mode, rec.capture.steps_seen, args)
     if args.upload and traced:
         uploaded = _upload(rec.bundle, args.upload)
@@ -118,6 +123,22 @@ def _upload(bundle: Path, url: str) -> bool:
         return False
     print(f"  uploaded  {answer.get('url') or answer.get('id')}")
     return True
+
+
+def _marks_steps(target: str, module: bool) -> bool:
+    """Whether the program's main file calls ``stallscope.step()`` (then root-module calls do not mark
+    steps: a decode loop's steps are its sequences, not its tokens)."""
+    path: str | None = target
+    if module:
+        spec = importlib.util.find_spec(target)
+        path = spec.origin if spec is not None else None
+    elif Path(target).is_dir():
+        path = str(Path(target) / "__main__.py")
+    try:
+        text = Path(path).read_text(errors="replace") if path else ""
+    except OSError:
+        return False
+    return "stallscope.step(" in text or "from stallscope import step" in text
 
 
 def _check_script(path: str) -> str:

@@ -89,7 +89,7 @@ def test_event_budget_cuts_the_window_with_a_note(tmp_path: Path, capsys: pytest
     args = ["--skip", "0", "--warmup", "0", "--steps", "4", "--max-events", "200"]
     assert main(["profile", "-o", str(out), "--no-analyze", *args, str(script)]) == 0
     # THEN one step is profiled, and stderr and the sidecar say why
-    assert _steps(_events(out)) == ["ProfilerStep#0"]
+    assert _steps(_events(out)) == ["ProfilerStep#3"]
     note = next(n for n in _notes(out) if "--max-events" in n)
     assert "profiling 1 step(s) instead of 4" in note
     assert note in capsys.readouterr().err
@@ -168,3 +168,17 @@ def test_heartbeat_says_the_stage_while_it_lasts() -> None:
     assert said[0].startswith("writing the trace... (") and said[0].endswith(" s)")
     threading.Event().wait(0.05)
     assert len(said) == count  # stopped: nothing more
+
+
+def test_stderr_and_trace_number_steps_alike(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN a training loop, WHEN steps 2 and 3 after a skip are profiled
+    script = _program(tmp_path, TRAIN.format(n=9))
+    out = tmp_path / "o"
+    window = ["--skip", "2", "--warmup", "1", "--steps", "2"]
+    assert main(["profile", "-o", str(out), "--no-analyze", *window, str(script)]) == 0
+    # THEN stderr's "profiled steps A-B" are the trace's ProfilerStep#A..#B
+    err = capsys.readouterr().err
+    said = err.split("profiled steps ", 1)[1].split(" ", 1)[0]
+    first, last = (int(x) for x in said.split("-"))
+    assert last - first == 1
+    assert _steps(_events(out)) == [f"ProfilerStep#{first}", f"ProfilerStep#{last}"]
