@@ -98,6 +98,7 @@ class Session:
         self._prof: Any = None  # the profiler currently running
         self._scheduled = False  # _prof is the scheduled one (after the first step)
         self._hook: Any = None
+        self._pre_hook: Any = None
         self._explicit = False  # stallscope.step() was called: the optimizer hook stands down
         self._optimizer_id: int | None = None  # only the first optimizer that steps counts
         self._steps = 0
@@ -152,9 +153,13 @@ class Session:
             self.notes.append("no CUDA device available: profiling the CPU only")
         timer_cls = _optional("collector.steptiming", "StepTimer")
         self._timer = timer_cls() if timer_cls is not None else None
-        from torch.optim.optimizer import register_optimizer_step_post_hook
+        from torch.optim.optimizer import (
+            register_optimizer_step_post_hook,
+            register_optimizer_step_pre_hook,
+        )
 
         self._hook = register_optimizer_step_post_hook(self._on_optimizer_step)
+        self._pre_hook = register_optimizer_step_pre_hook(self._on_optimizer_start)
         self._loaders.install()
         self._watch.install()
         if self.options.auto_steps:
@@ -179,6 +184,13 @@ class Session:
             renumber(self._prof, self._steps + 1)
         self._prof.start()
         self._enter_recorder()
+
+    def _on_optimizer_start(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        """An optimizer is stepping (LBFGS calls its closure, and so the model, inside its step): from now
+        on the optimizer marks the steps, not forward calls (with gradient accumulation a few forward
+        steps may have been counted before the first optimizer step)."""
+        self._forward.remove()
+        self._forward_source = False
 
     def _on_forward_step(self) -> None:
         """A root-module call began after an earlier one ended: a step of an inference loop, unless the
@@ -231,6 +243,7 @@ class Session:
             self._watch.remove()
             if self._hook is not None:
                 self._hook.remove()
+                self._pre_hook.remove()
             self._unwrap_steps()
             try:
                 self._stop_profiler()
@@ -270,7 +283,7 @@ class Session:
         the step, and the profiler's transition runs when ``optimizer.step`` has returned (the wrapper
         ``_wrap_step`` puts on this optimizer). When that wrapper is not on the call path (the program
         kept a reference to the old ``step``), transitions run here, in the safe order of ``_advance``."""
-        if self._explicit or self._stopped or self._forward_source:
+        if self._explicit or self._stopped:
             return
         if self._optimizer_id is None:
             self._optimizer_id = id(optimizer)
@@ -447,7 +460,9 @@ class Session:
         self._exported = True
         if self.on_window_closed is not None and not self._stopped:
             first = max(1, self._steps - self._active_steps + 1)
-            window = f"steps {first}-{self._steps}" if self.options.duration is None else "the first seconds"
+            window = f"steps {first}-{self._steps}" if first < self._steps else f"step {first}"
+            if self.options.duration is not None:
+                window = "the first seconds"
             self.on_window_closed(
                 f"profiled {window} of the run, trace written{written}; the program goes on "
                 "(every step is still timed)"

@@ -101,3 +101,29 @@ def test_stallscope_step_in_the_program_turns_forward_steps_off(tmp_path: Path) 
     run = json.loads((out / SIDECAR_NAME).read_text())["run"]
     # THEN the steps are the explicit ones
     assert (run["step_source"], run["steps_seen"]) == ("explicit", 4)
+
+
+LBFGS = """\
+import torch
+
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.LBFGS(model.parameters(), max_iter=5)
+x, y = torch.randn(8, 4), torch.randn(8, 1)
+for _ in range(4):
+
+    def closure():
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+"""
+
+
+def test_forward_calls_inside_an_optimizer_step_are_not_steps(tmp_path: Path) -> None:
+    # GIVEN an LBFGS loop: the model is called several times inside each optimizer step
+    out = _run(tmp_path, LBFGS, *FAST)
+    run = json.loads((out / SIDECAR_NAME).read_text())["run"]
+    # THEN the optimizer marks the steps: 4 of them
+    assert (run["step_source"], run["steps_seen"]) == ("optimizer", 4)
