@@ -15,7 +15,9 @@ just before) the sync's user-level operation. A sidecar that cannot be read is i
 
 from __future__ import annotations
 
+import gzip
 import json
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,6 +55,55 @@ class Sidecar:
         if k >= 0 and times[k] >= start_us - LEAD_US:
             return self.sites[int(index[k])]
         return None
+
+
+EMBED_KEY = "stallscope"  # the sidecar inside a trace written by stallscope profile (collector.embed)
+_EMBED_LIMIT = 64 << 20
+
+
+def embedded_sidecar(trace: Path) -> tuple[Sidecar | None, str | None]:
+    """The sidecar a stallscope trace carries as its first top-level key ``"stallscope"``, or None (a
+    trace without one); the second value is a note when one is there but cannot be used. Reads only
+    the start of the file."""
+    try:
+        with trace.open("rb") as f:
+            gzipped = f.read(2) == b"\x1f\x8b"
+        opener = gzip.open if gzipped else open
+        with opener(trace, "rb") as f:
+            text = _first_value(f, trace)
+    except (OSError, EOFError, zlib.error, ValueError) as exc:
+        return None, f"{trace}: embedded sidecar ignored ({exc})"
+    if text is None:
+        return None, None
+    try:
+        doc = json.JSONDecoder().raw_decode(text)[0]
+        if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+            return None, f"{trace}: embedded sidecar ignored (not a {SCHEMA} document)"
+        return _parse(doc, f"{trace} ({EMBED_KEY})"), None
+    except (ValueError, TypeError, KeyError) as exc:
+        return None, f"{trace}: embedded sidecar ignored ({type(exc).__name__}: {exc})"
+
+
+def _first_value(f: Any, trace: Path) -> str | None:
+    """The text from the value of a leading ``"stallscope"`` key to (at least) its end, or None."""
+    buf = f.read(1 << 16)
+    head = buf.lstrip()
+    prefix = b'{"' + EMBED_KEY.encode() + b'"'
+    if not head.startswith(prefix):
+        return None
+    colon = head.index(b":", len(prefix))
+    data = bytearray(head[colon + 1 :])
+    decoder = json.JSONDecoder()
+    while True:
+        text = data.decode("utf-8", errors="replace").lstrip()
+        try:
+            decoder.raw_decode(text)
+            return text
+        except ValueError:
+            more = f.read(max(len(data), 1 << 16))
+            if not more or len(data) > _EMBED_LIMIT:
+                raise ValueError(f"{trace}: the embedded sidecar does not end") from None
+            data += more
 
 
 def read_sidecar(folder: Path) -> tuple[Sidecar | None, str | None]:

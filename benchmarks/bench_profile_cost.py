@@ -1,7 +1,7 @@
 """The cost of ``stallscope profile`` on a loop of many tiny ops (benchmarks/lbfgs_sequence.py, shaped like
 pytorch/examples' time_sequence_prediction): wall time, peak RSS, trace size and events.
 
-    python benchmarks/bench_profile_cost.py [--args "15 40 10"] [--before DIR] [--runs 1]
+    python benchmarks/bench_profile_cost.py [--args "15 16 4"] [--before DIR] [--runs 1]
 
 Configurations, each a fresh process (peak RSS from ``os.wait4``):
 
@@ -55,7 +55,7 @@ def trace_stats(bundle: Path) -> tuple[float, int]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--args", default="15 40 10", help="STEPS LENGTH SAMPLES of the LBFGS loop")
+    ap.add_argument("--args", default="15 16 4", help="STEPS LENGTH SAMPLES of the LBFGS loop")
     ap.add_argument("--before", type=Path, help="a copy of an older stallscope to compare with")
     args = ap.parse_args()
     program = [str(PROGRAM), *args.args.split()]

@@ -8,7 +8,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from collector.bundle import Staging, run_metadata, sidecar
+from collector.bundle import TRACE_SUFFIX, Staging, run_metadata, sidecar
+from collector.embed import embed_sidecar
 from collector.session import Capture, ProfileOptions, Session
 
 
@@ -28,7 +29,7 @@ class Recorder:
         options.check()
         self.argv = argv
         self.program_dir = program_dir
-        self.staging = Staging(output)
+        self.staging = Staging(output, trace_name(argv))
         self.session = Session(options, self.staging.trace_path)
         self.started = ""
 
@@ -54,11 +55,21 @@ class Recorder:
                 step_source=capture.step_source,
                 dataloaders=capture.dataloaders,
             )
-            bundle = self.staging.commit(sidecar(meta, capture.sync_sites, capture.step_timing))
+            doc = sidecar(meta, capture.sync_sites, capture.step_timing)
+            if capture.trace is not None:
+                embed_sidecar(capture.trace, doc)  # the trace alone carries everything
+            bundle = self.staging.commit(doc)
         except BaseException:
             self.staging.discard()
             raise
         return Recording(exit_code, bundle, capture)
+
+
+def trace_name(argv: list[str]) -> str:
+    """``<script>-<YYYYmmdd-HHMMSS>.pt.trace.json.gz``: the program's name (a module's last part)."""
+    name = Path(argv[0]).name if argv else ""
+    name = name[:-3] if name.endswith(".py") else name.rsplit(".", 1)[-1]
+    return f"{name or 'python'}-{time.strftime('%Y%m%d-%H%M%S')}{TRACE_SUFFIX}"
 
 
 def record(

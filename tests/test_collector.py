@@ -23,7 +23,7 @@ torch = pytest.importorskip("torch")
 import stallscope  # noqa: E402
 from analyzer.loader import load  # noqa: E402
 from collector import session  # noqa: E402
-from collector.bundle import SCHEMA, SIDECAR_NAME, TRACE_NAME, default_output  # noqa: E402
+from collector.bundle import SCHEMA, SIDECAR_NAME, TRACE_SUFFIX, bundle_trace, default_output  # noqa: E402
 from stallscope.cli import main  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -83,7 +83,8 @@ def test_profile_script_in_process(tmp_path: Path, capsys: pytest.CaptureFixture
     assert main(["profile", "-o", str(out), *FAST, str(script)]) == 0
     # THEN the bundle holds a Kineto trace with two ProfilerStep spans from the optimizer hook, the
     # sidecar, and the verdict, bundle and next command are printed; stderr says there is no GPU
-    assert sorted(p.name for p in out.iterdir()) == [SIDECAR_NAME, TRACE_NAME]
+    names = sorted(p.name for p in out.iterdir())
+    assert names[0] == SIDECAR_NAME and names[1].startswith("train-") and names[1].endswith(TRACE_SUFFIX)
     assert step_names(out) == ["ProfilerStep#3", "ProfilerStep#4"]
     side = read_sidecar(out)
     assert side["schema"] == SCHEMA
@@ -278,7 +279,9 @@ for i in range({n}):
 
 def _window(out: Path) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
     """(ProfilerStep spans, Optimizer.step spans) of a bundle's trace."""
-    with gzip.open(out / TRACE_NAME, "rt") as f:
+    trace = bundle_trace(out)
+    assert trace is not None
+    with gzip.open(trace, "rt") as f:
         events = json.load(f)["traceEvents"]
 
     def spans(prefix: str) -> list[tuple[float, float]]:

@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from collector import session  # noqa: E402
-from collector.bundle import SIDECAR_NAME, TRACE_NAME  # noqa: E402
+from collector.bundle import SIDECAR_NAME, bundle_trace  # noqa: E402
 from collector.window import Heartbeat, budget_steps  # noqa: E402
 from stallscope.cli import main  # noqa: E402
 
@@ -53,7 +53,9 @@ def _program(tmp_path: Path, text: str) -> Path:
 
 
 def _events(bundle: Path) -> list[dict[str, Any]]:
-    with gzip.open(bundle / TRACE_NAME, "rt") as f:
+    trace = bundle_trace(bundle)
+    assert trace is not None
+    with gzip.open(trace, "rt") as f:
         events: list[dict[str, Any]] = json.load(f)["traceEvents"]
     return events
 
@@ -138,7 +140,9 @@ def test_window_closed_line_says_size_and_time(tmp_path: Path, capsys: pytest.Ca
     window = ["--skip", "0", "--warmup", "0", "--steps", "2"]
     assert main(["profile", "-o", str(out), "--no-analyze", *window, str(script)]) == 0
     err = capsys.readouterr().err
-    size = (out / TRACE_NAME).stat().st_size / 1e6
+    trace = bundle_trace(out)
+    assert trace is not None
+    size = trace.stat().st_size / 1e6
     assert f"({size:.1f} MB in " in err
 
 

@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 
 from analyzer.loader import load  # noqa: E402
 from collector import session  # noqa: E402
-from collector.bundle import SIDECAR_NAME, TRACE_NAME  # noqa: E402
+from collector.bundle import SIDECAR_NAME, bundle_trace  # noqa: E402
 from stallscope.cli import main  # noqa: E402
 
 FAST = ["--no-analyze", "--skip", "0", "--warmup", "0", "--steps", "2"]
@@ -73,7 +73,7 @@ def test_a_program_with_its_own_profiler_is_left_alone(
     # its bundle has no trace (only the sidecar, with the note)
     assert "OWN True True" in stdout
     assert stderr.count("stepped aside") == 1
-    assert not (out / TRACE_NAME).exists()
+    assert bundle_trace(out) is None
     notes = json.loads((out / SIDECAR_NAME).read_text())["run"]["notes"]
     assert any("runs its own torch.profiler" in n for n in notes)
 
