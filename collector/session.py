@@ -18,6 +18,12 @@ How the window is chosen (``ProfileOptions``):
   scheduler). The first step is already running then: its transition happens at the end of the second.
   If the wrapper is bypassed (a program that kept the old ``opt.step``), transitions run in the hook,
   and the fallback's stop and the scheduled profiler's start fall on two different steps.
+- **who marks steps**: the optimizer (its first ``step`` call takes over for good), ``stallscope.step()``
+  (wins over the others), or in a loop with neither, the root module's forward calls
+  (``collector.program.ForwardSteps``). Steps are numbered as the run counts them: the scheduled profiler's
+  ``ProfilerStep#N`` is the run's N-th step.
+- **the program's own profiler**: when it starts one, the session stops its own and never starts another
+  (``collector.program.OwnProfilerWatch``): torch allows one profiler at a time.
 - **duration** (``--duration S``): everything from the first torch call until S seconds after the start (steps still labelled), then
   the profiler stops at the next step or when a SIGALRM timer fires in the main thread.
 
