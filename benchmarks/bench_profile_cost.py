@@ -30,10 +30,13 @@ ROOT = Path(__file__).resolve().parents[1]
 PROGRAM = ROOT / "benchmarks" / "lbfgs_sequence.py"
 
 
-def measure(cmd: list[str], env: dict[str, str]) -> tuple[float, float, int]:
-    """(wall s, peak RSS MB, exit code) of one child process."""
+def measure(cmd: list[str], env: dict[str, str], cwd: str) -> tuple[float, float, int]:
+    """(wall s, peak RSS MB, exit code) of one child process, run in ``cwd`` (``python -m stallscope``
+    imports the stallscope found there first)."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     if proc.stderr is not None:
@@ -74,7 +77,7 @@ def main() -> None:
             out = Path(tmp) / f"b{i}"
             full = cmd if name == "no stallscope" else [*cmd, "-o", str(out), *program]
             print(f"  {name}...", file=sys.stderr)
-            wall, rss, code = measure(full, env)
+            wall, rss, code = measure(full, env, path)
             size, events = trace_stats(out) if out.exists() else (0.0, 0)
             print(f"| {name} | {wall:.1f} | {rss:.0f} | {size:.1f} | {events:,} | {code} |", flush=True)
 
