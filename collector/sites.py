@@ -424,7 +424,6 @@ class SyncSiteRecorder:
             if guard.busy:
                 return original(*args, **kwargs)
             if pred is None or pred(args, kwargs or None):
-                t = now()
                 f: FrameType | None = getframe(1)
                 direct = (
                     f is not None and (kinds[f.f_code] if f.f_code in kinds else classify(f.f_code)) == _USER
@@ -436,6 +435,7 @@ class SyncSiteRecorder:
                         tid = guard.tid or thread_id()
                         guard.tid = tid
                         on = on_device(op, args, direct)
+                        t = now()  # after the checks: the call starts right after this
                         log += ((code, f.f_lineno, op, tid, t, on),)  # not a call: the tracer skips it
                         break
                     if k == _OURS:
