@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from analyzer.critical import Kind
+from analyzer.findings_latent import input_advice
 from analyzer.gaps import Cause
 from analyzer.numbers import ratio
 from analyzer.replay import Scenario
@@ -168,8 +169,7 @@ def input_bound(a: Analysis) -> list[Finding]:
             sum(1 for g in a.gaps if g.cause == Cause.INPUT),
             cost,
             max(saving, 0.0),
-            "Load data in the background: `DataLoader(num_workers=N, pin_memory=True, prefetch_factor=2, "
-            "persistent_workers=True)`, and copy batches with `non_blocking=True`.",
+            input_advice(a.sidecar.run if a.sidecar is not None else {}),
         )
     ]
 
@@ -243,58 +243,17 @@ RULES: tuple[Callable[[Analysis], list[Finding]], ...] = (
 )
 
 
-_OP_KIND = (  # first match wins: "getitem" must not read as "item"
-    (("nonzero", "masked_select", "getitem", "setitem", "unique", "repeat_interleave", "where", "bincount"),
-     SyncKind.DATA_DEPENDENT),
-    (("item", "tolist", "__bool__", "__int__", "__float__", "__index__", "equal", "allclose"), SyncKind.SCALAR_READ),
-    (("synchronize",), SyncKind.BLANKET),
-    (("cpu", "numpy", "to", "copy_"), SyncKind.TO_HOST),
-)  # fmt: skip
-
-
-def would_sync_on_gpu(a: Analysis) -> list[Finding]:
-    """A CPU-only run cannot show syncs, but the collector's sidecar saw the sync-prone calls: each site
-    called in most steps is reported with the advice it would need on a GPU (no cost can be measured)."""
-    if a.main_device is not None or a.sidecar is None:
-        return []
-    counts: dict[int, int] = {}
-    for times, index in a.sidecar.by_thread.values():
-        inside = (times >= a.window.start_us) & (times <= a.window.end_us)  # calls during the window
-        for i in index[inside].tolist():
-            counts[i] = counts.get(i, 0) + 1
-    out = []
-    for i, n in sorted(counts.items()):
-        if len(a.steps) >= 2 and n < len(a.steps) / 2:
-            continue
-        op = a.sidecar.ops[i]
-        name = op.rsplit(".", 1)[-1].lower()
-        kind = next((k for names, k in _OP_KIND if any(w in name for w in names)), SyncKind.OTHER)
-        site = a.sidecar.sites[i]
-        out.append(
-            Finding(
-                f"would_sync_{kind.value}",
-                Severity.MEDIUM,
-                f"`{op}` at {site}: {n}x in the profiled window; on a GPU it would block the host ({kind.value})",
-                site,
-                n,
-                0.0,
-                0.0,
-                _ADVICE[kind],
-            )
-        )
-    return out
-
-
 def all_rules() -> tuple[Callable[[Analysis], list[Finding]], ...]:
     """This module's rules, then the stream rules and the device rules (imported here: they build on
     ``Finding`` and ``severity`` from this module)."""
-    from analyzer import findings_device, findings_streams
+    from analyzer import findings_device, findings_latent, findings_streams
 
-    return (*RULES, would_sync_on_gpu, *findings_streams.RULES, *findings_device.RULES)
+    return (*RULES, findings_latent.would_sync_on_gpu, *findings_streams.RULES, *findings_device.RULES)
 
 
 def find_findings(a: Analysis) -> tuple[Finding, ...]:
-    """Every rule's findings, one per problem and site, most expensive first (saving, then cost). A decode
+    """Every rule's findings, one per problem and site, most expensive first (saving, then cost, then how
+    often it happened: on a CPU-only run, where costs are 0, the call made most often in the loop). A decode
     loop's readback is reported once, as ``autoregressive_readback`` (it says what can and cannot be won),
     not also as a generic scalar-read false sync at the same site."""
     found = [f for rule in all_rules() for f in rule(a)]
@@ -304,4 +263,4 @@ def find_findings(a: Analysis) -> tuple[Finding, ...]:
         for f in found
         if not (f.rule in ("false_sync_scalar_read", "false_sync_to_host") and site_key(f) in decode_sites)
     ]
-    return tuple(sorted(found, key=lambda f: (-f.est_saving_us, -f.time_us, f.rule)))
+    return tuple(sorted(found, key=lambda f: (-f.est_saving_us, -f.time_us, -f.count, f.rule)))

@@ -15,7 +15,7 @@ from analyzer.build import build_model
 from analyzer.errors import TraceError
 from analyzer.model import TraceModel, TraceSet
 from analyzer.raw import decode
-from analyzer.sidecar import read_sidecar
+from analyzer.sidecar import embedded_sidecar, read_sidecar
 from analyzer.stream import NotStreamable, OnlyWhitespace, TooLarge, blocks, stream_document
 
 Progress = Callable[[str], None]
@@ -44,7 +44,8 @@ def load(
     if p.is_dir():
         return _load_folder(p, use_cache, progress, limit)
     model = load_file(p, use_cache=use_cache, progress=progress, limit=limit)
-    return TraceSet(str(path), (model,))
+    sidecar, problem = embedded_sidecar(p)
+    return TraceSet(str(path), (model,), (problem,) if problem else (), sidecar)
 
 
 def trace_files(folder: Path) -> list[Path]:
@@ -94,6 +95,8 @@ def _load_folder(folder: Path, use_cache: bool, progress: Progress | None, limit
             else TraceError(str(folder), f"none of {len(files)} trace files loads ({errors[0]})")
         )
     sidecar, problem = read_sidecar(folder)
+    if sidecar is None and problem is None and len(files) == 1:  # a trace that carries its sidecar
+        sidecar, problem = embedded_sidecar(files[0])
     if problem:
         notes.append(problem)
     return TraceSet(str(folder), _one_per_rank(models, notes), tuple(notes), sidecar)

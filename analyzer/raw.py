@@ -102,6 +102,7 @@ KNOWN_KEYS = frozenset(
         "schemaVersion", "traceName", "trace_id", "record_shapes", "with_stack", "with_flops",
         "with_modules", "profile_memory", "cuda_runtime_version", "cuda_driver_version", "cupti_version",
         "hip_runtime_version", "roctracer_version", "rocprofiler_version", "metadata", "host_name",
+        "stallscope",  # the sidecar a stallscope trace carries (analyzer.sidecar.embedded_sidecar)
     }
 )  # fmt: skip
 _KEYS_DECODER = msgspec.json.Decoder(dict[str, msgspec.Raw])

@@ -4,7 +4,8 @@ Schema ``stallscope.sidecar/1`` (written by ``stallscope profile``; documented i
 
     {"schema": "stallscope.sidecar/1",
      "run": {...},                                    # torch / CUDA versions, device, command line, git
-     "sync_sites": [{"file", "line", "function", "op", "thread", "count", "first_us", "times_us": [...]}],
+     "sync_sites": [{"file", "line", "function", "op", "thread", "on_device", "count", "first_us",
+                     "times_us": [...]}],
      "step_timing": {...}}
 
 ``thread`` is the OS thread id as the trace's ``tid`` writes it; ``times_us`` are call starts on the trace
@@ -14,7 +15,9 @@ just before) the sync's user-level operation. A sidecar that cannot be read is i
 
 from __future__ import annotations
 
+import gzip
 import json
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +42,12 @@ class Sidecar:
     sites: tuple[CallSite, ...]
     ops: tuple[str, ...]
     by_thread: dict[str, tuple[F64, np.ndarray]]  # tid -> (sorted call times, site index per time)
+    # per site: whether its tensor is (or, on a CPU-only run, would be) on the accelerator; True when
+    # the collector did not say (older bundles)
+    on_device: tuple[bool, ...] = ()
+
+    def site_on_device(self, i: int) -> bool:
+        return self.on_device[i] if i < len(self.on_device) else True
 
     def exact_site(self, thread: str, start_us: float, end_us: float) -> CallSite | None:
         """The recorded call on ``thread`` that started latest at or before ``end_us`` and no earlier than
@@ -48,6 +57,55 @@ class Sidecar:
         if k >= 0 and times[k] >= start_us - LEAD_US:
             return self.sites[int(index[k])]
         return None
+
+
+EMBED_KEY = "stallscope"  # the sidecar inside a trace written by stallscope profile (collector.embed)
+_EMBED_LIMIT = 64 << 20
+
+
+def embedded_sidecar(trace: Path) -> tuple[Sidecar | None, str | None]:
+    """The sidecar a stallscope trace carries as its first top-level key ``"stallscope"``, or None (a
+    trace without one); the second value is a note when one is there but cannot be used. Reads only
+    the start of the file."""
+    try:
+        with trace.open("rb") as f:
+            gzipped = f.read(2) == b"\x1f\x8b"
+        opener = gzip.open if gzipped else open
+        with opener(trace, "rb") as f:
+            text = _first_value(f, trace)
+    except (OSError, EOFError, zlib.error, ValueError) as exc:
+        return None, f"{trace}: embedded sidecar ignored ({exc})"
+    if text is None:
+        return None, None
+    try:
+        doc = json.JSONDecoder().raw_decode(text)[0]
+        if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+            return None, f"{trace}: embedded sidecar ignored (not a {SCHEMA} document)"
+        return _parse(doc, f"{trace} ({EMBED_KEY})"), None
+    except (ValueError, TypeError, KeyError) as exc:
+        return None, f"{trace}: embedded sidecar ignored ({type(exc).__name__}: {exc})"
+
+
+def _first_value(f: Any, trace: Path) -> str | None:
+    """The text from the value of a leading ``"stallscope"`` key to (at least) its end, or None."""
+    buf = f.read(1 << 16)
+    head = buf.lstrip()
+    prefix = b'{"' + EMBED_KEY.encode() + b'"'
+    if not head.startswith(prefix):
+        return None
+    colon = head.index(b":", len(prefix))
+    data = bytearray(head[colon + 1 :])
+    decoder = json.JSONDecoder()
+    while True:
+        text = data.decode("utf-8", errors="replace").lstrip()
+        try:
+            decoder.raw_decode(text)
+            return text
+        except ValueError:
+            more = f.read(max(len(data), 1 << 16))
+            if not more or len(data) > _EMBED_LIMIT:
+                raise ValueError(f"{trace}: the embedded sidecar does not end") from None
+            data += more
 
 
 def read_sidecar(folder: Path) -> tuple[Sidecar | None, str | None]:
@@ -67,6 +125,7 @@ def read_sidecar(folder: Path) -> tuple[Sidecar | None, str | None]:
 def _parse(doc: dict[str, Any], path: str) -> Sidecar:
     sites: list[CallSite] = []
     ops: list[str] = []
+    on_device: list[bool] = []
     per_thread: dict[str, tuple[list[float], list[int]]] = {}
     for rec in doc.get("sync_sites") or []:
         line = bounded_int(rec["line"], _MAX_LINE)
@@ -74,6 +133,7 @@ def _parse(doc: dict[str, Any], path: str) -> Sidecar:
             continue  # 1e400, Infinity, a string: not a line of any file
         sites.append(CallSite(str(rec["file"]), line, str(rec["function"])))
         ops.append(str(rec.get("op", "")))
+        on_device.append(rec.get("on_device") is not False)
         times, index = per_thread.setdefault(str(rec.get("thread", "")), ([], []))
         recorded = rec.get("times_us")
         for t in recorded if isinstance(recorded, list) and recorded else [rec.get("first_us")]:
@@ -89,4 +149,4 @@ def _parse(doc: dict[str, Any], path: str) -> Sidecar:
     timing = doc.get("step_timing")
     run = run if isinstance(run, dict) else {}
     timing = timing if isinstance(timing, dict) else {}
-    return Sidecar(path, run, timing, tuple(sites), tuple(ops), by_thread)
+    return Sidecar(path, run, timing, tuple(sites), tuple(ops), by_thread, tuple(on_device))

@@ -1,5 +1,7 @@
-"""The output bundle: a folder with ``trace.pt.trace.json.gz`` (standard Kineto JSON, gzip) and
-``sidecar.json`` (schema ``stallscope.sidecar/1``, see docs/sidecar.md).
+"""The output bundle: a folder with ``<script>-<time>.pt.trace.json.gz`` (standard Kineto JSON, gzip,
+carrying the sidecar under its top-level key ``"stallscope"``: ``collector.embed``) and ``sidecar.json``
+(the same document, schema ``stallscope.sidecar/1``, see docs/sidecar.md). Older bundles name the trace
+``trace.pt.trace.json.gz``; readers find it by its ``.pt.trace.json.gz`` suffix (``bundle_trace``).
 
 It is written atomically: everything goes into a hidden staging folder beside the target, which is
 renamed into place at the end, so a reader never sees half a bundle. The staging folder is made before
@@ -25,8 +27,18 @@ SCHEMA = "stallscope.sidecar/1"
 TRACE_NAME = "trace.pt.trace.json.gz"
 SIDECAR_NAME = "sidecar.json"
 DEFAULT_ROOT = "stallscope_out"
-_BUNDLE_FILES = {TRACE_NAME, SIDECAR_NAME}
 _MARK = ".stallscope-staging"  # in a staging folder: the pid of the process writing it
+TRACE_SUFFIX = ".pt.trace.json.gz"
+
+
+def bundle_trace(folder: Path) -> Path | None:
+    """The trace file of a bundle folder (any ``*.pt.trace.json.gz``), or None."""
+    found = sorted(p for p in folder.glob(f"*{TRACE_SUFFIX}") if not p.name.startswith("."))
+    return found[0] if found else None
+
+
+def _bundle_file(name: str) -> bool:
+    return name == SIDECAR_NAME or name.endswith(TRACE_SUFFIX)
 
 
 def default_output(name: str, root: str | Path = DEFAULT_ROOT, now: float | None = None) -> Path:
@@ -43,7 +55,7 @@ def default_output(name: str, root: str | Path = DEFAULT_ROOT, now: float | None
 class Staging:
     """A bundle being written. ``trace_path`` is where the profiler exports; ``commit`` publishes."""
 
-    def __init__(self, output: str | Path) -> None:
+    def __init__(self, output: str | Path, trace_name: str = TRACE_NAME) -> None:
         self.output = Path(output).absolute()  # the workload may chdir
         self._check_target()
         try:
@@ -52,13 +64,13 @@ class Staging:
             self.path = _staging_folder(f".{self.output.name}.", self.output.parent)
         except OSError as exc:
             raise UsageError(f"-o {output}: cannot write there ({exc.strerror or exc})") from None
-        self.trace_path = self.path / TRACE_NAME
+        self.trace_path = self.path / trace_name
 
     def _check_target(self) -> None:
         out = self.output
         if out.exists() and not out.is_dir():
             raise UsageError(f"-o {out}: exists and is not a folder")
-        if out.is_dir() and not set(os.listdir(out)) <= _BUNDLE_FILES:
+        if out.is_dir() and not all(_bundle_file(n) for n in os.listdir(out)):
             raise UsageError(f"-o {out}: folder exists and is not a stallscope bundle; choose another")
 
     def commit(self, sidecar: dict[str, Any]) -> Path:

@@ -14,7 +14,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from analyzer.errors import StallscopeError
-from collector.bundle import Staging, run_metadata, sidecar
+from collector.bundle import TRACE_SUFFIX, Staging, run_metadata, sidecar
+from collector.embed import embed_sidecar
 from collector.session import Capture, ProfileOptions, Session
 
 #: signals that end a profiled program as Ctrl-C does: the bundle is written, the exit code is 128 + n
@@ -37,7 +38,7 @@ class Recorder:
         options.check()
         self.argv = argv
         self.program_dir = program_dir
-        self.staging = Staging(output)
+        self.staging = Staging(output, trace_name(argv))
         self.session = Session(options, self.staging.trace_path)
         self.started = ""
         self.pid = os.getpid()  # the process that owns the bundle: a forked child never commits it
@@ -68,12 +69,24 @@ class Recorder:
                 steps_seen=capture.steps_seen,
                 options=asdict(self.session.options),
                 notes=capture.notes,
+                step_source=capture.step_source,
+                dataloaders=capture.dataloaders,
             )
-            bundle = self.staging.commit(sidecar(meta, capture.sync_sites, capture.step_timing))
+            doc = sidecar(meta, capture.sync_sites, capture.step_timing)
+            if capture.trace is not None:
+                embed_sidecar(capture.trace, doc)  # the trace alone carries everything
+            bundle = self.staging.commit(doc)
         except BaseException:
             self.staging.discard()
             raise
         return Recording(exit_code, bundle, capture)
+
+
+def trace_name(argv: list[str]) -> str:
+    """``<script>-<YYYYmmdd-HHMMSS>.pt.trace.json.gz``: the program's name (a module's last part)."""
+    name = Path(argv[0]).name if argv else ""
+    name = name[:-3] if name.endswith(".py") else name.rsplit(".", 1)[-1]
+    return f"{name or 'python'}-{time.strftime('%Y%m%d-%H%M%S')}{TRACE_SUFFIX}"
 
 
 def record(

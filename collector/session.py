@@ -2,9 +2,12 @@
 
 How the window is chosen (``ProfileOptions``):
 
-- **steps** (the default): a global optimizer step hook and ``stallscope.step()`` mark steps. Until the
-  first step, everything is recorded (the fallback window, kept only if no step ever comes). At the first
-  step that recording is dropped and a scheduled profiler takes over,
+- **never the imports**: nothing is recorded until the program's first torch call
+  (``collector.window.FirstOpTrigger``).
+- **steps** (the default): a global optimizer step hook and ``stallscope.step()`` mark steps. From the
+  first torch call to the first step, everything is recorded (the fallback window, kept only if no step
+  ever comes). At the first step that recording is dropped (its event count sets how many steps fit in
+  ``max_events``: ``collector.window.budget_steps``) and a scheduled profiler takes over,
   ``schedule(skip_first=skip, wait=0, warmup=warmup, active=steps, repeat=1)``, counted from the end of
   the first iteration: the first (slowest) iteration is never in the window.
 - **never across profilers inside a record_function**: the optimizer hook runs inside torch's
@@ -15,7 +18,13 @@ How the window is chosen (``ProfileOptions``):
   scheduler). The first step is already running then: its transition happens at the end of the second.
   If the wrapper is bypassed (a program that kept the old ``opt.step``), transitions run in the hook,
   and the fallback's stop and the scheduled profiler's start fall on two different steps.
-- **duration** (``--duration S``): everything from the start for S seconds (steps still labelled), then
+- **who marks steps**: the optimizer (its first ``step`` call takes over for good), ``stallscope.step()``
+  (wins over the others), or in a loop with neither, the root module's forward calls
+  (``collector.program.ForwardSteps``). Steps are numbered as the run counts them: the scheduled profiler's
+  ``ProfilerStep#N`` is the run's N-th step.
+- **the program's own profiler**: when it starts one, the session stops its own and never starts another
+  (``collector.program.OwnProfilerWatch``): torch allows one profiler at a time.
+- **duration** (``--duration S``): everything from the first torch call until S seconds after the start (steps still labelled), then
   the profiler stops at the next step or when a SIGALRM timer fires in the main thread.
 
 The optional collaborators (``collector.sites.SyncSiteRecorder`` for exact sync call sites during the
@@ -34,52 +43,23 @@ import time
 import types
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from analyzer.errors import StallscopeError
+from collector.options import Capture as Capture
+from collector.options import ProfileOptions as ProfileOptions
+from collector.origin import DataLoaderWatch, OriginTracker
+from collector.program import OURS, ForwardSteps, OwnProfilerWatch
+from collector.window import FirstOpTrigger, Heartbeat, budget_steps, recorded_events, release, renumber
 
 TORCH_MISSING = (
     "torch is not installed; the collector needs it: `pip install torch` "
     "(for a CUDA build see https://pytorch.org/get-started/locally/)"
 )
 _RECORDING = ("RECORD", "RECORD_AND_SAVE")
-
-
-@dataclass(frozen=True)
-class ProfileOptions:
-    """What to record. Defaults give a few steady-state steps of a typical training loop."""
-
-    skip: int = 5
-    warmup: int = 2
-    steps: int = 5
-    duration: float | None = None
-    shapes: bool = False
-    memory: bool = False
-
-    def check(self) -> None:
-        """Raise ``StallscopeError`` for values that make no sense."""
-        for name, value in (("skip", self.skip), ("warmup", self.warmup)):
-            if value < 0:
-                raise StallscopeError(f"--{name} must be 0 or more, not {value}")
-        if self.steps < 1:
-            raise StallscopeError(f"--steps must be 1 or more, not {self.steps}")
-        if self.duration is not None and not self.duration > 0:
-            raise StallscopeError(f"--duration must be a positive number of seconds, not {self.duration}")
-
-
-@dataclass
-class Capture:
-    """What a session produced. ``trace`` is None when no profiled window was reached."""
-
-    trace: Path | None
-    mode: str  # "steps" | "whole_run" | "duration"
-    steps_seen: int
-    sync_sites: list[dict[str, Any]] = field(default_factory=list)
-    step_timing: dict[str, Any] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
+WHOLE_RUN_NOTE = "no steps: profiled the whole run from its first torch call (imports are not profiled)"
 
 
 _active: Session | None = None
@@ -124,6 +104,7 @@ class Session:
         self._prof: Any = None  # the profiler currently running
         self._scheduled = False  # _prof is the scheduled one (after the first step)
         self._hook: Any = None
+        self._pre_hook: Any = None
         self._explicit = False  # stallscope.step() was called: the optimizer hook stands down
         self._optimizer_id: int | None = None  # only the first optimizer that steps counts
         self._steps = 0
@@ -141,8 +122,20 @@ class Session:
         self._optimizer_depth = 0  # inside a wrapped optimizer step (and so inside its record_function)
         self._wrapped: tuple[Any, Any, Any] | None = None  # (optimizer, its own step or None, our step)
         self._awaiting_start = False  # the fallback was dropped; the scheduled profiler starts next step
+        self._trigger: FirstOpTrigger | None = None  # opens the window at the first torch call
+        self._origin: OriginTracker | None = None  # CPU-only runs: marks tensors a GPU run would hold
+        self._loaders = DataLoaderWatch()
+        self._forward = ForwardSteps(self._on_forward_step)
+        self._forward_source = False  # steps come from root-module calls
+        self._watch = OwnProfilerWatch(self._step_aside)
+        self._aside = False  # the program started its own profiler: ours stopped for good
+        self._first_step_events = 0  # events recorded up to the first step (the budget's measure)
+        self._active_steps = options.steps  # steps the scheduled window records (the budget may cut it)
+        self._heartbeat: Heartbeat | None = None
         # told (one line) when the window closes while the program goes on; the CLI prints it
         self.on_window_closed: Callable[[str], None] | None = None
+        # told what takes long (torch collecting and writing the trace) and budget notes; the CLI prints it
+        self.on_progress: Callable[[str], None] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -166,17 +159,75 @@ class Session:
             self.notes.append("no CUDA device available: profiling the CPU only")
         timer_cls = _optional("collector.steptiming", "StepTimer")
         self._timer = timer_cls() if timer_cls is not None else None
-        from torch.optim.optimizer import register_optimizer_step_post_hook
+        from torch.optim.optimizer import (
+            register_optimizer_step_post_hook,
+            register_optimizer_step_pre_hook,
+        )
 
         self._hook = register_optimizer_step_post_hook(self._on_optimizer_step)
-        always = self._torch.profiler.ProfilerAction.RECORD
-        # duration mode: one profiler from the start, steps labelled; else the fallback (no labels)
-        self._prof = self._profiler(schedule=(lambda _n: always) if self.options.duration else None)
-        self._prof.start()
-        self._enter_recorder()
+        self._pre_hook = register_optimizer_step_pre_hook(self._on_optimizer_start)
+        self._loaders.install()
+        self._watch.install()
+        if self.options.auto_steps:
+            self._forward.install()
+        if not self.cuda:  # where each tensor would live: the ground for would-be syncs
+            self._origin = OriginTracker()
+            self._origin.install()
+        self._trigger = FirstOpTrigger(self._open_window)
+        self._trigger.install()
         if self.options.duration is not None:
             self._deadline = time.monotonic() + self.options.duration
             self._arm_alarm(self.options.duration)
+
+    def _open_window(self) -> None:
+        """The program's first torch call (imports are over): start recording. Duration mode: one
+        profiler, steps labelled; else the fallback (no labels), dropped at the first step."""
+        if self._stopped or self._scheduled or self._prof is not None or self._alarm_fired or self._aside:
+            return
+        always = self._torch.profiler.ProfilerAction.RECORD
+        self._prof = self._profiler(schedule=(lambda _n: always) if self.options.duration else None)
+        if self.options.duration:
+            renumber(self._prof, self._steps + 1)
+        self._prof.start()
+        self._enter_recorder()
+
+    def _on_optimizer_start(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        """An optimizer is stepping (LBFGS calls its closure, and so the model, inside its step): from now
+        on the optimizer marks the steps, not forward calls (with gradient accumulation a few forward
+        steps may have been counted before the first optimizer step)."""
+        self._forward.remove()
+        self._forward_source = False
+
+    def _on_forward_step(self) -> None:
+        """A root-module call began after an earlier one ended: a step of an inference loop, unless the
+        optimizer or ``stallscope.step()`` marks the steps."""
+        if self._explicit or self._optimizer_id is not None or self._stopped:
+            self._forward.remove()
+            return
+        self._forward_source = True
+        self._step()
+
+    def _step_aside(self) -> None:
+        """The program is starting a profiler of its own: stop ours now (nothing is kept) and never
+        start another, so the program's profiling works as it would without stallscope."""
+        if self._aside or self._stopped:
+            return
+        self._aside = True
+        done = "its window was already written" if self._exported else "profiled nothing"
+        note = f"the program runs its own torch.profiler: stallscope stepped aside ({done}; steps are still timed)"
+        self.notes.append(note)
+        self._progress(note)
+        self._awaiting_start = False
+        self._exit_recorder(keep=False)
+        if self._trigger is not None:
+            self._trigger.remove()
+        prof, self._prof = self._prof, None
+        if prof is not None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                prof.on_trace_ready = None
+                prof.stop()
+            release(prof)
 
     def step(self) -> None:
         """Mark the end of one iteration: step timing, and the profiler's schedule."""
@@ -189,11 +240,21 @@ class Session:
         if not self._stopped:
             self._stopped = True
             self._disarm_alarm()
+            if self._trigger is not None:
+                self._trigger.remove()
+            if self._origin is not None:
+                self._origin.remove()
+            self._loaders.remove()
+            self._forward.remove()
+            self._watch.remove()
             if self._hook is not None:
                 self._hook.remove()
+                self._pre_hook.remove()
             self._unwrap_steps()
             try:
                 self._stop_profiler()
+                if self._exported and self._mode() == "whole_run":
+                    self.notes.append(WHOLE_RUN_NOTE)
             finally:
                 if self._timer is not None:
                     self._timer.close()
@@ -207,7 +268,17 @@ class Session:
             sync_sites=list(self._sync_sites),
             step_timing=dict(self._timer.summary()) if self._timer is not None else {},
             notes=list(self.notes),
+            step_source=self._step_source(),
+            stepped_aside=self._aside,
+            dataloaders=list(self._loaders.loaders),
         )
+
+    def _step_source(self) -> str | None:
+        if self._explicit:
+            return "explicit"
+        if self._forward_source:
+            return "forward"
+        return "optimizer" if self._optimizer_id is not None else None
 
     # -- steps -----------------------------------------------------------------------------------
 
@@ -279,7 +350,10 @@ class Session:
 
     def _transition(self, inside_record_function: bool) -> None:
         """Advance the profiler's schedule by one step."""
-        if self._stopped or (self._prof is None and not self._awaiting_start):
+        if self._stopped or self._aside:
+            return
+        opened = self._scheduled or self.options.duration is not None
+        if self._prof is None and not self._awaiting_start and opened:
             return
         self._in_step = True
         try:
@@ -308,6 +382,8 @@ class Session:
             else:
                 self._start_scheduled()
             return
+        if self._prof.current_action.name == "RECORD_AND_SAVE":  # this step stops and saves the window
+            self._collecting()
         self._prof.step()
         if self._prof is not None and self._prof.current_action.name in _RECORDING:
             self._enter_recorder()
@@ -315,23 +391,35 @@ class Session:
     def _drop_fallback(self) -> None:
         """First step: drop the whole-run fallback recording (a step came, so the window is scheduled)."""
         self._exit_recorder(keep=False)
+        if self._trigger is not None:
+            self._trigger.remove()
+        prof, self._prof = self._prof, None
+        self._scheduled = True
+        if prof is None:  # no torch call before the first step
+            return
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            self._prof.on_trace_ready = None  # the fallback is not the trace any more
-            self._prof.stop()
-        _release(self._prof)
-        self._prof = None
-        self._scheduled = True
+            prof.on_trace_ready = None  # the fallback is not the trace any more
+            prof.stop()
+        if self.options.max_events:
+            self._first_step_events = recorded_events(prof)
+        release(prof)
 
     def _start_scheduled(self) -> None:
         self._awaiting_start = False
         o = self.options
+        self._active_steps, note = budget_steps(self._first_step_events, o.max_events, o.steps)
+        if note is not None:
+            self.notes.append(note)
+            self._progress(note)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "won't be using warmup": --warmup 0 is the user's choice
-            sched = self._torch.profiler.schedule(
-                skip_first=o.skip, wait=0, warmup=o.warmup, active=o.steps, repeat=1
+            base = self._torch.profiler.schedule(
+                skip_first=o.skip, wait=0, warmup=o.warmup, active=self._active_steps, repeat=1
             )
-        self._prof = self._profiler(schedule=sched)
+        first = self._steps + 1  # the step starting now, numbered as the run counts (and stderr says)
+        self._prof = self._profiler(schedule=lambda n: base(max(n - first, 0)))
+        renumber(self._prof, first)
         self._prof.start()
         if self._prof.current_action.name in _RECORDING:
             self._enter_recorder()
@@ -354,38 +442,75 @@ class Session:
                 extra["experimental_config"] = torch.profiler._ExperimentalConfig(
                     enable_cuda_sync_events=True
                 )
-        return torch.profiler.profile(
+        prof = torch.profiler.profile(
             activities=activities,
             schedule=schedule,
             on_trace_ready=self._on_trace_ready,
             record_shapes=self.options.shapes,
             profile_memory=self.options.memory,
-            with_stack=True,
+            with_stack=self.options.stacks,
             **extra,
         )
+        setattr(prof, OURS, True)  # the program's own profilers make the session step aside
+        return prof
 
     def _on_trace_ready(self, prof: Any) -> None:
         self._exit_recorder(keep=True)
         self.trace_path.parent.mkdir(parents=True, exist_ok=True)
-        prof.export_chrome_trace(str(self.trace_path))
+        if self._heartbeat is not None:
+            self._heartbeat.stage("writing the trace")
+        try:
+            prof.export_chrome_trace(str(self.trace_path))
+        finally:
+            written = self._collected()
         self._exported = True
         if self.on_window_closed is not None and not self._stopped:
-            first = max(1, self._steps - self.options.steps + 1)
-            window = f"steps {first}-{self._steps}" if self.options.duration is None else "the first seconds"
+            first = max(1, self._steps - self._active_steps + 1)
+            window = f"steps {first}-{self._steps}" if first < self._steps else f"step {first}"
+            if self.options.duration is not None:
+                window = "the first seconds"
             self.on_window_closed(
-                f"profiled {window} of the run, trace written; the program goes on (every step is still timed)"
+                f"profiled {window} of the run, trace written{written}; the program goes on "
+                "(every step is still timed)"
             )
         # Not released here: we are inside prof.step(), which goes on to open the next ProfilerStep
         # annotation. The next step stops the profiler, which closes that annotation first.
         self._window_done = True
 
+    def _collecting(self) -> None:
+        """The recording profiler is about to stop: torch collects its events, then the trace is written
+        (``_on_trace_ready``). Say so every few seconds while it lasts."""
+        if self.on_progress is not None and self._heartbeat is None:
+            self._heartbeat = Heartbeat(self.on_progress, "torch is collecting the profiled events")
+
+    def _collected(self) -> str:
+        """Stop the heartbeat; `` (N MB in S s)`` for the window-closed line."""
+        beat, self._heartbeat = self._heartbeat, None
+        if beat is None:
+            return ""
+        beat.stop()
+        try:
+            size = self.trace_path.stat().st_size / 1e6
+        except OSError:
+            return ""
+        return f" ({size:.1f} MB in {beat.elapsed():.0f} s)"
+
+    def _progress(self, message: str) -> None:
+        if self.on_progress is not None:
+            self.on_progress(message)
+
     def _stop_profiler(self) -> None:
         prof, self._prof = self._prof, None
         if prof is not None:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                prof.stop()
-            _release(prof)
+            if prof.current_action.name in _RECORDING:
+                self._collecting()
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    prof.stop()
+            finally:
+                self._collected()
+            release(prof)
         self._exit_recorder(keep=True)
 
     # -- sync sites ------------------------------------------------------------------------------
@@ -395,9 +520,8 @@ class Session:
             return
         recorder_cls = _optional("collector.sites", "SyncSiteRecorder")
         if recorder_cls is not None:
-            self._recorder = recorder_cls(
-                strategy="patch"
-            )  # ~0 cost on non-sync ops (a mode: +2-3 us per op)
+            # ~0 cost on non-sync ops (a mode: +2-3 us per op)
+            self._recorder = recorder_cls(strategy="patch", latent=not self.cuda)
             self._recorder.__enter__()
 
     def _exit_recorder(self, keep: bool) -> None:
@@ -431,11 +555,3 @@ class Session:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, self._old_alarm)
             self._old_alarm = None
-
-
-def _release(prof: Any) -> None:
-    """Free a stopped profiler's results now, not whenever the garbage collector breaks the cycle through
-    ``on_trace_ready``: torch (2.13, with_stack) can crash freeing a session's results while a later
-    session runs."""
-    prof.on_trace_ready = None
-    prof.profiler = None

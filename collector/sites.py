@@ -251,6 +251,7 @@ def _mode_class() -> type:
                 super().__init__()
                 self._specs = _specs()
                 self._record = recorder._record
+                self._on_device = recorder._on_device
 
             def __torch_function__(
                 self,
@@ -261,7 +262,7 @@ def _mode_class() -> type:
             ) -> Any:
                 spec = self._specs.get(func)
                 if spec is not None and (spec[1] is None or spec[1](args, kwargs)):
-                    self._record(spec[0], 2)
+                    self._record(spec[0], 2, self._on_device(spec[0], args, True))
                 if kwargs is None:
                     return func(*args)
                 return func(*args, **kwargs)
@@ -270,7 +271,9 @@ def _mode_class() -> type:
     return _MODE_CLASS
 
 
-_Call = tuple[CodeType, int, str, int, int]  # code, line, op, OS thread id, time.time_ns()
+# code, line, op, OS thread id, time.time_ns(), whether the tensor is (would be) on the accelerator
+_Call = tuple[CodeType, int, str, int, int, bool]
+_DIRECTED = ("Tensor.to", "Tensor.copy_")
 
 
 class _Guard(threading.local):
@@ -281,13 +284,17 @@ class _Guard(threading.local):
 class SyncSiteRecorder:
     """Records the user's call sites of sync-prone torch calls while active (see the module docstring)."""
 
-    def __init__(self, *, strategy: str = "mode", wrap_synchronize: bool = True) -> None:
+    def __init__(
+        self, *, strategy: str = "mode", wrap_synchronize: bool = True, latent: bool = False
+    ) -> None:
         if strategy not in ("mode", "patch"):
             raise ValueError(f"strategy must be 'mode' or 'patch', not {strategy!r}")
         self._strategy = strategy
         self._filter = _frame_filter()
         self._log: list[_Call] = []  # one entry per recorded call; aggregated by ``records()``
         self._wrap_synchronize = wrap_synchronize
+        # CPU-only run: whether a call's tensor would be on the accelerator comes from collector.origin
+        self._latent = latent
         self._patched: list[tuple[Any, str, Any, bool]] = []  # (owner, name, original, was in __dict__)
         self._mode: Any = None
 
@@ -323,7 +330,25 @@ class SyncSiteRecorder:
         return self._mode is not None
 
     # recording -------------------------------------------------------------------------------------------
-    def _record(self, op: str, depth: int) -> None:
+    def _on_device(self, op: str, args: tuple[Any, ...], direct: bool) -> bool:
+        """Whether the call's tensor is on the accelerator (a GPU run) or would be (a CPU-only run: see
+        ``collector.origin``). For a copy the source counts. On a CPU-only run a ``.to(device)`` or
+        ``copy_`` made inside a library (``model.to(device)``, ``clip_grad_norm_``) is never a copy
+        to the host: its direction is the library's business, and on the host it is a no-op."""
+        import torch
+
+        t = args[1] if op == "Tensor.copy_" and len(args) > 1 else (args[0] if args else None)
+        if not isinstance(t, torch.Tensor):
+            return False
+        if not self._latent:
+            return t.device.type != "cpu"
+        if op in _DIRECTED and not direct:
+            return False
+        from collector.origin import device_bound
+
+        return device_bound(t)
+
+    def _record(self, op: str, depth: int, on_device: bool = True) -> None:
         """One call of ``op``; ``depth`` is the frame of the caller of the hooked function, counted from
         this method's frame. (The ``patch`` strategy's wrappers inline this: see ``_call_wrapper``.)"""
         t = time.time_ns()
@@ -333,7 +358,7 @@ class SyncSiteRecorder:
             code = f.f_code
             k = cache[code] if code in cache else self._filter.kind(code)
             if k == _USER:
-                self._log.append((code, f.f_lineno, op, threading.get_native_id(), t))
+                self._log.append((code, f.f_lineno, op, threading.get_native_id(), t, on_device))
                 return
             if k == _OURS:
                 return
@@ -391,6 +416,7 @@ class SyncSiteRecorder:
         kinds = self._filter.cache
         classify = self._filter.kind
         getframe, now, thread_id = sys._getframe, time.time_ns, threading.get_native_id
+        on_device = self._on_device
 
         @functools.wraps(original)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -398,15 +424,19 @@ class SyncSiteRecorder:
             if guard.busy:
                 return original(*args, **kwargs)
             if pred is None or pred(args, kwargs or None):
-                t = now()
                 f: FrameType | None = getframe(1)
+                direct = (
+                    f is not None and (kinds[f.f_code] if f.f_code in kinds else classify(f.f_code)) == _USER
+                )
                 while f is not None:
                     code = f.f_code
                     k = kinds[code] if code in kinds else classify(code)
                     if k == _USER:
                         tid = guard.tid or thread_id()
                         guard.tid = tid
-                        log += ((code, f.f_lineno, op, tid, t),)  # not a call: the tracer skips it
+                        on = on_device(op, args, direct)
+                        t = now()  # after the checks: the call starts right after this
+                        log += ((code, f.f_lineno, op, tid, t, on),)  # not a call: the tracer skips it
                         break
                     if k == _OURS:
                         break
@@ -446,11 +476,11 @@ class SyncSiteRecorder:
     ) -> list[dict[str, Any]]:
         """The sidecar's ``sync_sites``, ordered by first call. ``count`` and ``first_us`` cover every call;
         ``since_us``/``until_us`` (trace clock) keep only the ``times_us`` inside that span."""
-        grouped: dict[tuple[CodeType, int, str, int], list[float]] = {}
-        for code, line, op, tid, ns in list(self._log):
-            grouped.setdefault((code, line, op, tid), []).append((ns - TRACE_BASE_NS) / 1000.0)
+        grouped: dict[tuple[CodeType, int, str, int, bool], list[float]] = {}
+        for code, line, op, tid, ns, on in list(self._log):
+            grouped.setdefault((code, line, op, tid, on), []).append((ns - TRACE_BASE_NS) / 1000.0)
         out: list[dict[str, Any]] = []
-        for (code, line, op, tid), times in grouped.items():
+        for (code, line, op, tid, on), times in grouped.items():
             kept = [
                 t
                 for t in times
@@ -463,6 +493,7 @@ class SyncSiteRecorder:
                     "function": code.co_name,
                     "op": op,
                     "thread": str(tid),
+                    "on_device": on,
                     "count": len(times),
                     "first_us": min(times),
                     "times_us": kept,

@@ -274,11 +274,22 @@ def verdict_doc(doc: Doc) -> Doc:
         "saving_us": saving,
         "saving_share": saving / wall,
         "saving_how": how,
+        "unestimated": _unestimated(doc) if saving <= 0 else None,
         "est_saving_us": float(s["est_saving_us"] or 0.0),
         "wall_us": wall,
         "evidence": (doc.get("verdict") or {}).get("evidence", "") if not no_device else "",
         "warnings": list(doc.get("warnings") or []),
     }
+
+
+def _unestimated(doc: Doc) -> Doc | None:
+    """The costliest finding when nothing has an estimated saving: the card must not say "none" above
+    a finding that costs time (the replay could not re-time it, e.g. data loading on a CPU-only run)."""
+    costly = [(float(f.get("time_us") or 0.0), i) for i, f in enumerate(doc.get("findings") or [], 1)]
+    cost, i = max(costly, default=(0.0, 0))
+    if cost <= 0:
+        return None
+    return {"finding": i, "rule": doc["findings"][i - 1]["rule"], "cost_us": cost}
 
 
 def _best_saving(doc: Doc) -> Doc | None:

@@ -82,7 +82,7 @@ def profile(
 ) -> Profile:
     """Profile a block: ``with stallscope.profile("out") as p: ... p.step()``. Options as for
     ``stallscope profile``; ``output`` defaults to ``stallscope_out/<script>-<timestamp>``."""
-    options = ProfileOptions(skip, warmup, steps, duration, shapes, memory)
+    options = ProfileOptions(skip, warmup, steps, duration, shapes, memory, auto_steps=False)
     options.check()
     name = Path(sys.argv[0]).stem if sys.argv and sys.argv[0] else "python"
     return Profile(output, options, name or "python")
@@ -100,7 +100,7 @@ def profiled(
 ) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """Decorator: each call of the function runs in ``stallscope.profile(...)`` and writes a bundle
     (default ``stallscope_out/<function>-<timestamp>``)."""
-    options = ProfileOptions(skip, warmup, steps, duration, shapes, memory)
+    options = ProfileOptions(skip, warmup, steps, duration, shapes, memory, auto_steps=False)
     options.check()
 
     def decorate(fn: Callable[P, R]) -> Callable[P, R]:

@@ -9,11 +9,15 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import stallscope.dashboard_cmd as dashboard_cmd
 from analyzer.errors import StallscopeError, UsageError
 from stallscope import __version__, profile_cmd, report_cmd
 from stallscope.watchdog import add_input_limits
+
+if TYPE_CHECKING:
+    from analyzer.analysis import Analysis
 
 
 @dataclass(frozen=True)
@@ -147,25 +151,42 @@ def _run_check(args: argparse.Namespace) -> int:
     ):
         if value is not None and not 0.0 <= value <= 1.0:
             raise UsageError(f"check: {name} must be a fraction between 0 and 1, not {value}")
-    s = load_and_analyse(
+    a = load_and_analyse(
         args.trace, args.rank, not args.no_cache, None, args.time_limit, args.max_inflated_mb
-    ).summary
+    )
     cache.wait()
-    wall = s.wall_us or 1.0
-    measured = [
-        ("device idle", s.device_idle_us / wall, args.max_idle_frac, "{:.1%}"),
-        ("avoidable syncs", float(s.avoidable_sync_count or 0), args.max_avoidable_syncs, "{:.0f}"),
-        ("host sync wait", s.host_sync_wait_us / wall, args.max_sync_wait_frac, "{:.1%}"),
-    ]
     failed = 0
-    for name, value, limit, fmt in measured:
+    for name, value, limit, fmt in _check_measures(a, args):
         if limit is None:
+            continue
+        if value is None:
+            print(f"skip {name}: a CPU-only run has no device (limit {fmt.format(limit)} not applied)")
             continue
         ok = value <= limit
         failed += not ok
         print(f"{'ok  ' if ok else 'FAIL'} {name} {fmt.format(value)} (limit {fmt.format(limit)})")
     print(f"stallscope check: {'failed' if failed else 'passed'} ({args.trace})")
     return 1 if failed else 0
+
+
+def _check_measures(a: Analysis, args: argparse.Namespace) -> list[tuple[str, float | None, Any, str]]:
+    """(name, value or None when it does not apply, limit, format) for each limit of ``check``. On a
+    CPU-only run the device limits do not apply, and the avoidable syncs are the would-be syncs: the
+    sync-prone calls in the loop whose tensors would be on the accelerator."""
+    s = a.summary
+    wall = s.wall_us or 1.0
+    if a.main_device is None:
+        would = sum(f.count for f in a.findings if f.rule.startswith("would_sync"))
+        return [
+            ("device idle", None, args.max_idle_frac, "{:.1%}"),
+            ("would-be syncs", float(would), args.max_avoidable_syncs, "{:.0f}"),
+            ("host sync wait", None, args.max_sync_wait_frac, "{:.1%}"),
+        ]
+    return [
+        ("device idle", s.device_idle_us / wall, args.max_idle_frac, "{:.1%}"),
+        ("avoidable syncs", float(s.avoidable_sync_count or 0), args.max_avoidable_syncs, "{:.0f}"),
+        ("host sync wait", s.host_sync_wait_us / wall, args.max_sync_wait_frac, "{:.1%}"),
+    ]
 
 
 COMMANDS: tuple[Command, ...] = (

@@ -7,9 +7,11 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from analyzer.errors import StallscopeError, UsageError
+from collector.window import DEFAULT_MAX_EVENTS
 
 _PY_SUFFIXES = (".py", ".pyw")
 
@@ -33,6 +35,19 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--shapes", action="store_true", help="record input shapes of ops")
     p.add_argument("--memory", action="store_true", help="record memory allocations")
+    p.add_argument(
+        "--stacks",
+        action="store_true",
+        help="record Python stacks (costly: an event per Python call; sync lines are exact without them)",
+    )
+    p.add_argument(
+        "--max-events",
+        type=int,
+        default=DEFAULT_MAX_EVENTS,
+        metavar="N",
+        help=f"profile fewer steps when the first step shows more would exceed N events "
+        f"(default {DEFAULT_MAX_EVENTS:,}; 0: no limit)",
+    )
     p.add_argument("--no-analyze", action="store_true", help="write the bundle, do not print the verdict")
     p.add_argument(
         "--upload",
@@ -53,12 +68,22 @@ def run(args: argparse.Namespace) -> int:
     if not args.program:
         raise UsageError("profile: give a script (script.py [args...]) or -m module [args...]")
     target, argv = args.program[0], list(args.program[1:])
-    options = ProfileOptions(args.skip, args.warmup, args.steps, args.duration, args.shapes, args.memory)
+    options = ProfileOptions(
+        args.skip,
+        args.warmup,
+        args.steps,
+        args.duration,
+        args.shapes,
+        args.memory,
+        stacks=args.stacks,
+        max_events=args.max_events,
+    )
     options.check()
     if args.module:
         name, program_dir = _check_module(target), Path.cwd()
     else:
         name, program_dir = _check_script(target), Path(target).resolve().parent
+    options = replace(options, auto_steps=not _marks_steps(target, args.module))
     require_torch()
     output = args.output or default_output(name)
 
@@ -69,12 +94,16 @@ def run(args: argparse.Namespace) -> int:
         for note in session.notes:
             say(note)
         session.on_window_closed = say
+        session.on_progress = say
 
     def body() -> int:
         return run_module(target, argv) if args.module else run_script(target, argv)
 
     rec = record(body, options, output, [target, *argv], program_dir, started)
     traced = rec.capture.trace is not None
+    if rec.capture.stepped_aside:  # said once when it happened; the program's own trace is the answer
+        print(f"  bundle    {rec.bundle}")
+        return rec.exit_code
     _report(rec.exit_code, rec.bundle, traced, rec.capture.mode, rec.capture.steps_seen, args)
     if args.upload and traced:
         uploaded = _upload(rec.bundle, args.upload)
@@ -94,6 +123,22 @@ def _upload(bundle: Path, url: str) -> bool:
         return False
     print(f"  uploaded  {answer.get('url') or answer.get('id')}")
     return True
+
+
+def _marks_steps(target: str, module: bool) -> bool:
+    """Whether the program's main file calls ``stallscope.step()`` (then root-module calls do not mark
+    steps: a decode loop's steps are its sequences, not its tokens)."""
+    path: str | None = target
+    if module:
+        spec = importlib.util.find_spec(target)
+        path = spec.origin if spec is not None else None
+    elif Path(target).is_dir():
+        path = str(Path(target) / "__main__.py")
+    try:
+        text = Path(path).read_text(errors="replace") if path else ""
+    except OSError:
+        return False
+    return "stallscope.step(" in text or "from stallscope import step" in text
 
 
 def _check_script(path: str) -> str:
@@ -143,7 +188,10 @@ def _report(code: int, bundle: Path, traced: bool, mode: str, steps: int, args: 
             "(step timing is in the sidecar); try --skip 0 --warmup 0"
         )
     elif mode == "whole_run":
-        say("no steps seen (no optimizer.step() or stallscope.step()): profiled the whole run")
+        say(
+            "no steps seen (no optimizer.step() or stallscope.step()): profiled the whole run from its "
+            "first torch call (imports are not profiled)"
+        )
     sys.stdout.flush()
     if traced and not args.no_analyze:
         _analyze(bundle)

@@ -199,15 +199,17 @@ def _steps(a: Analysis) -> list[str]:
     """Every step when there are few; otherwise the distribution and the slowest steps."""
     if not a.steps:
         return []
-    rows = ["  steps     name                 wall        device busy   device idle   sync wait"]
+    device = a.main_device is not None  # a CPU-only run has no device figures: none shown, not 0 / wall
+    head = "device busy   device idle   sync wait" if device else ""
+    rows = [f"  steps     name                 wall        {head}".rstrip()]
     shown = list(a.steps)
     if len(a.steps) > _MAX_STEP_ROWS:
         shown = sorted(a.steps, key=lambda s: -s.dur_us)[:3]
     for s in shown:
-        rows.append(
-            f"            {s.name[:20]:<20} {ms(s.dur_us):>11} {ms(s.device_busy_us):>13} "
-            f"{ms(s.device_idle_us):>13} {ms(s.host_sync_wait_us):>11}"
-        )
+        row = f"            {s.name[:20]:<20} {ms(s.dur_us):>11}"
+        if device:
+            row += f" {ms(s.device_busy_us):>13} {ms(s.device_idle_us):>13} {ms(s.host_sync_wait_us):>11}"
+        rows.append(row)
     if len(shown) < len(a.steps):
         walls = sorted(s.dur_us for s in a.steps)
         median = walls[len(walls) // 2]

@@ -23,7 +23,7 @@ torch = pytest.importorskip("torch")
 import stallscope  # noqa: E402
 from analyzer.loader import load  # noqa: E402
 from collector import session  # noqa: E402
-from collector.bundle import SCHEMA, SIDECAR_NAME, TRACE_NAME, default_output  # noqa: E402
+from collector.bundle import SCHEMA, SIDECAR_NAME, TRACE_SUFFIX, bundle_trace, default_output  # noqa: E402
 from stallscope.cli import main  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -83,8 +83,9 @@ def test_profile_script_in_process(tmp_path: Path, capsys: pytest.CaptureFixture
     assert main(["profile", "-o", str(out), *FAST, str(script)]) == 0
     # THEN the bundle holds a Kineto trace with two ProfilerStep spans from the optimizer hook, the
     # sidecar, and the verdict, bundle and next command are printed; stderr says there is no GPU
-    assert sorted(p.name for p in out.iterdir()) == [SIDECAR_NAME, TRACE_NAME]
-    assert step_names(out) == ["ProfilerStep#0", "ProfilerStep#1"]
+    names = sorted(p.name for p in out.iterdir())
+    assert names[0] == SIDECAR_NAME and names[1].startswith("train-") and names[1].endswith(TRACE_SUFFIX)
+    assert step_names(out) == ["ProfilerStep#3", "ProfilerStep#4"]
     side = read_sidecar(out)
     assert side["schema"] == SCHEMA
     assert side["run"]["argv"] == [str(script)]
@@ -117,7 +118,7 @@ def test_profile_as_subprocess(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "args ['--lr', '3']" in done.stdout
     assert "  verdict   " in done.stdout
-    assert step_names(out) == ["ProfilerStep#0", "ProfilerStep#1"]
+    assert step_names(out) == ["ProfilerStep#3", "ProfilerStep#4"]
 
 
 def test_module_mode_and_argv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -144,7 +145,7 @@ def test_module_mode_and_argv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     assert got["argv"] == [str(pkg / "trainmod.py"), "--steps", "9"]
     assert got["path0"] == str(tmp_path)
     assert sys.argv == argv_before
-    assert step_names(out) == ["ProfilerStep#0", "ProfilerStep#1"]
+    assert step_names(out) == ["ProfilerStep#3", "ProfilerStep#4"]
 
 
 def test_script_sees_its_argv_and_path(tmp_path: Path) -> None:
@@ -186,7 +187,7 @@ def test_exception_shows_the_scripts_traceback(tmp_path: Path, capsys: pytest.Ca
     assert f'File "{script}", line' in stderr
     assert "runpy" not in stderr
     assert "collector" not in stderr
-    assert step_names(out) == ["ProfilerStep#0", "ProfilerStep#1"]
+    assert step_names(out) == ["ProfilerStep#3", "ProfilerStep#4"]
     assert "  verdict   " in stdout
 
 
@@ -212,7 +213,7 @@ def test_ctrl_c_writes_a_partial_bundle(tmp_path: Path, capsys: pytest.CaptureFi
     # THEN exit 130 and the bundle holds the step that completed in the window
     assert code == 130
     assert "interrupted" in capsys.readouterr().err
-    assert step_names(out)[0] == "ProfilerStep#0"
+    assert step_names(out)[0] == "ProfilerStep#3"
     assert read_sidecar(out)["run"]["exit_code"] == 130
 
 
@@ -278,7 +279,9 @@ for i in range({n}):
 
 def _window(out: Path) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
     """(ProfilerStep spans, Optimizer.step spans) of a bundle's trace."""
-    with gzip.open(out / TRACE_NAME, "rt") as f:
+    trace = bundle_trace(out)
+    assert trace is not None
+    with gzip.open(trace, "rt") as f:
         events = json.load(f)["traceEvents"]
 
     def spans(prefix: str) -> list[tuple[float, float]]:
@@ -339,7 +342,7 @@ def test_stallscope_step_drives_steps(tmp_path: Path) -> None:
     script = write(tmp_path, "infer.py", INFER.format(n=5))
     out = tmp_path / "o"
     assert main(["profile", "-o", str(out), "--no-analyze", *FAST, str(script)]) == 0
-    assert step_names(out) == ["ProfilerStep#0", "ProfilerStep#1"]
+    assert step_names(out) == ["ProfilerStep#2", "ProfilerStep#3"]
 
 
 def test_no_steps_profiles_the_whole_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -408,7 +411,7 @@ def test_api_context_manager(tmp_path: Path) -> None:
     with stallscope.profile(tmp_path / "ctx", skip=0, warmup=0, steps=2) as p:
         _loop(4, p)
     assert p.bundle == (tmp_path / "ctx").absolute()
-    assert step_names(p.bundle) == ["ProfilerStep#0", "ProfilerStep#1"]
+    assert step_names(p.bundle) == ["ProfilerStep#2", "ProfilerStep#3"]
     assert read_sidecar(p.bundle)["schema"] == SCHEMA
 
 
@@ -419,7 +422,7 @@ def test_api_decorator(tmp_path: Path) -> None:
         return n
 
     assert work(5) == 5
-    assert step_names(tmp_path / "dec") == ["ProfilerStep#1", "ProfilerStep#2"]
+    assert step_names(tmp_path / "dec") == ["ProfilerStep#3", "ProfilerStep#4"]
 
 
 def test_step_without_a_session_is_a_no_op() -> None:
@@ -525,5 +528,5 @@ def test_real_sigint_writes_a_partial_bundle(tmp_path: Path) -> None:
     assert proc.returncode == 130, stderr
     assert "interrupted: the bundle holds what ran until then" in stderr and "Traceback" not in stderr
     names = step_names(out)
-    assert len(names) >= 3 and names[0] == "ProfilerStep#0"
+    assert len(names) >= 3 and names[0] == "ProfilerStep#2"
     assert read_sidecar(out)["run"]["exit_code"] == 130

@@ -18,7 +18,7 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
     [
         ("item_logging", "would_sync_scalar_read", 18),
         ("mask_indexing", "would_sync_data_dependent", 15),
-        ("decode_readback", "would_sync_scalar_read", 20),
+        ("decode_readback", "would_sync_decode", 20),
         ("pageable_copy", "would_sync_to_host", 15),
         ("blanket_sync", "would_sync_blanket", 17),
         ("clean_pipeline", None, None),
@@ -46,7 +46,7 @@ def test_example_profile_names_the_planted_line(
     )
     out = capsys.readouterr().out
     # THEN the run succeeds, writes a bundle, and its findings name exactly the planted line
-    assert code == 0 and (bundle / "sidecar.json").is_file() and (bundle / "trace.pt.trace.json.gz").is_file()
+    assert code == 0 and (bundle / "sidecar.json").is_file() and any(bundle.glob("*.pt.trace.json.gz"))
     a = analyze(load(bundle))
     if rule is None:
         assert a.findings == ()

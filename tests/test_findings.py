@@ -76,6 +76,21 @@ def test_real_traces_top_findings(shared_traces: Path) -> None:
     assert not [f for f in busy.findings if f.severity == Severity.HIGH]
 
 
+def test_check_on_a_cpu_only_run_counts_would_be_syncs_and_skips_device_limits(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # GIVEN a CPU-only recording of a loop that reads the loss with .item() every step
+    bundle = str(SAMPLES / "examples" / "item_logging")
+    # WHEN gated on avoidable syncs THEN the would-be syncs count, and fail the gate
+    assert main(["check", bundle, "--max-avoidable-syncs", "0"]) == 1
+    assert "FAIL would-be syncs 3 (limit 0)" in capsys.readouterr().out
+    # WHEN gated on device figures THEN they are skipped with a note, not failed at 100% idle
+    assert main(["check", bundle, "--max-idle-frac", "0.05", "--max-sync-wait-frac", "0.01"]) == 0
+    out = capsys.readouterr().out
+    assert "skip device idle: a CPU-only run has no device (limit 5.0% not applied)" in out
+    assert "skip host sync wait" in out and "stallscope check: passed" in out
+
+
 def test_check_gate_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
     item = str(SAMPLES / "item_in_loop.pt.trace.json.gz")
     clean = str(SAMPLES / "clean_pipeline.pt.trace.json.gz")
@@ -94,3 +109,16 @@ def test_check_gate_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", "/no/such/trace.json", "--max-avoidable-syncs", "0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(line.startswith("stallscope: error: ") for line in err)
+
+
+def test_cpu_only_step_table_shows_no_device_columns() -> None:
+    # GIVEN a CPU-only recording with profiled steps, WHEN the terminal verdict is rendered
+    from stallscope.terminal import render
+
+    a = analyze(load(SAMPLES / "examples" / "item_logging"))
+    lines = render(a).splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("  steps     name"))
+    # THEN the steps table has the wall time only: no device busy 0 / device idle = wall
+    assert lines[head].split() == ["steps", "name", "wall"]
+    row = lines[head + 1].split()
+    assert row[0] == a.steps[0].name and len(row) == 3

@@ -308,3 +308,23 @@ def test_a_cpu_only_bundle_says_so_instead_of_drawing_device_charts() -> None:
     assert "<title>stallscope report · item_logging</title>" in report.render(
         a, report.ReportOptions(cdn=True)
     )
+
+
+def test_saving_card_never_says_none_above_a_finding_that_costs_time() -> None:
+    # GIVEN a CPU-only recording whose top finding costs 935 ms the replay could not re-time
+    from dataclasses import replace
+
+    from analyzer.findings import Finding, Severity
+
+    a = analyze(load(Path(__file__).parents[1] / "sample_traces" / "examples" / "item_logging"))
+    costly = Finding("input_bound", Severity.HIGH, "data loading", None, 4, 935_000.0, 0.0, "advice")
+    a = replace(a, findings=(costly, *a.findings), summary=replace(a.summary, est_saving_us=0.0))
+    # WHEN the report is rendered
+    _attrs, card = Page(report.render(a, report.ReportOptions(cdn=True))).by_id("card-saving")
+    # THEN the card names the costly finding instead of "none"
+    assert card.startswith("Best estimated saving not estimated")
+    assert f"finding 1 (input_bound) costs {report.ms(935_000.0)}" in card
+    # AND without any costly finding it still says none
+    a0 = replace(a, findings=a.findings[1:])
+    _attrs, card0 = Page(report.render(a0, report.ReportOptions(cdn=True))).by_id("card-saving")
+    assert card0.startswith("Best estimated saving none")

@@ -34,6 +34,9 @@ HEADLINE = (
 )
 
 
+_DEVICE_KEYS = frozenset({"device_utilization", "device_idle_us"})
+
+
 def _fmt(value: Any, how: str) -> str:
     if value is None:
         return "—" if how == "pct" else "-"  # a CPU-only trace has no utilization
@@ -56,7 +59,9 @@ def headline_rows(a: Doc, b: Doc) -> list[dict[str, Any]]:
     sa, sb = catalog_summary(a), catalog_summary(b)
     rows = []
     for key, label, how, lower_better in HEADLINE:
-        va, vb = sa.get(key), sb.get(key)
+        # a CPU-only side has no device figures: absent, not "idle = wall" (and so never "worse")
+        va = None if sa.get("cpu_only") and key in _DEVICE_KEYS else sa.get(key)
+        vb = None if sb.get("cpu_only") and key in _DEVICE_KEYS else sb.get(key)
         better = None if va is None or vb is None or va == vb else ((vb < va) == lower_better)
         rows.append(
             {

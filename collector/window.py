@@ -1,0 +1,145 @@
+"""What bounds the cost of a profiled window: when it opens, how many events it may hold, and progress
+while torch collects and writes it.
+
+- **Never the imports**: ``FirstOpTrigger`` opens the window at the program's first torch call (a
+  ``TorchFunctionMode`` that fires once and then only passes calls through until it is removed at the
+  first step), so a program that fails while importing, or imports for seconds, records nothing.
+- **An event budget**: ``budget_steps`` turns the events of the first step (counted when its recording
+  is dropped) into the number of steps that stay under ``--max-events``; the note says what was cut.
+- **Progress**: ``Heartbeat`` says, every few seconds, what torch is doing while it stops the profiler
+  and writes the trace (minutes for millions of events), instead of silence.
+
+torch is imported lazily: this module imports without it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+DEFAULT_MAX_EVENTS = 500_000  # about 10 MB of gzip trace; torch writes it in tens of seconds on one core
+
+
+def budget_steps(first_step_events: int, max_events: int, steps: int) -> tuple[int, str | None]:
+    """How many steps to record when one step made ``first_step_events`` events, and a note when that is
+    fewer than ``steps``. ``max_events`` 0 means no budget. At least one step is always recorded."""
+    if max_events <= 0 or first_step_events <= 0:
+        return steps, None
+    fit = max(1, max_events // first_step_events)
+    if fit >= steps:
+        return steps, None
+    return fit, (
+        f"the first step made about {first_step_events:,} events; profiling {fit} step(s) instead of "
+        f"{steps} to stay under --max-events {max_events:,} (raise it, or --max-events 0, for more)"
+    )
+
+
+def recorded_events(prof: Any) -> int:
+    """Events a stopped ``torch.profiler.profile`` holds (0 when torch keeps none)."""
+    results = getattr(getattr(prof, "profiler", None), "kineto_results", None)
+    if results is None:
+        return 0
+    try:
+        return len(results.events())
+    except (AttributeError, RuntimeError):
+        return 0
+
+
+class FirstOpTrigger:
+    """Calls ``fire()`` once, on the first torch function called on this thread after ``install()``.
+    After firing it only passes calls through (a mode cannot leave torch's stack from inside its own
+    handler); ``remove()`` takes it off when it is on top of this thread's stack."""
+
+    def __init__(self, fire: Callable[[], None]) -> None:
+        from torch.overrides import TorchFunctionMode
+
+        trigger = self
+
+        class _FirstOp(TorchFunctionMode):
+            def __torch_function__(
+                self,
+                func: Any,
+                types: Any,
+                args: tuple[Any, ...] = (),
+                kwargs: dict[str, Any] | None = None,
+            ) -> Any:
+                if not trigger.fired:
+                    trigger.fired = True
+                    fire()
+                return func(*args, **(kwargs or {}))
+
+        self.fired = False
+        self._mode: Any = _FirstOp()
+        self._thread = threading.get_ident()
+        self._installed = False
+
+    def install(self) -> None:
+        self._mode.__enter__()
+        self._installed = True
+
+    def remove(self) -> None:
+        """Take the mode off this thread's stack when it is on top (another mode above it stays, and ours
+        with it, as a pass-through)."""
+        if not self._installed or threading.get_ident() != self._thread:
+            return
+        import torch
+
+        depth = torch._C._len_torch_function_stack()
+        if depth and torch._C._get_function_stack_at(depth - 1) is self._mode:
+            self._mode.__exit__(None, None, None)
+            self._installed = False
+
+
+class Heartbeat:
+    """While a slow stage runs, every ``interval`` seconds (after ``delay``), ``say`` what it is and how
+    long it has taken. ``stage()`` names the current stage; ``stop()`` ends the thread."""
+
+    def __init__(
+        self, say: Callable[[str], None], stage: str, delay: float = 2.0, interval: float = 10.0
+    ) -> None:
+        self._say = say
+        self._delay = delay
+        self._interval = interval
+        self._stage = stage
+        self._start = time.monotonic()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="stallscope-heartbeat", daemon=True)
+        self._thread.start()
+
+    def stage(self, message: str) -> None:
+        self._stage = message
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self._start
+
+    def _run(self) -> None:
+        if self._done.wait(self._delay):
+            return
+        while True:
+            self._say(f"{self._stage}... ({self.elapsed():.0f} s)")
+            if self._done.wait(self._interval):
+                return
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join(timeout=1.0)
+
+
+def renumber(prof: Any, first: int) -> None:
+    """Number a new profiler's steps as the run counts them: its first step is ``ProfilerStep#first``
+    (its schedule is already shifted by ``first``), so the trace and stderr use one numbering."""
+    prof.step_num = first
+    action = prof.schedule(first)
+    prof.current_action = action
+    if hasattr(prof, "_prev_schedule_action"):
+        prof._prev_schedule_action = action
+
+
+def release(prof: Any) -> None:
+    """Free a stopped profiler's results now, not whenever the garbage collector breaks the cycle through
+    ``on_trace_ready``: torch (2.13, with_stack) can crash freeing a session's results while a later
+    session runs."""
+    prof.on_trace_ready = None
+    prof.profiler = None

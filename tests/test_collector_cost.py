@@ -1,0 +1,188 @@
+"""The cost of profiling is bounded: no Python stacks unless asked, an event budget that cuts the window,
+no recording of the imports, and progress while torch collects and writes the trace."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import textwrap
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from collector import session  # noqa: E402
+from collector.bundle import SIDECAR_NAME, bundle_trace  # noqa: E402
+from collector.window import Heartbeat, budget_steps  # noqa: E402
+from stallscope.cli import main  # noqa: E402
+
+TRAIN = """\
+import torch
+
+def setup_helper(k):
+    return k * 2
+
+for k in range(300):  # import-time Python work: never profiled
+    setup_helper(k)
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(*[torch.nn.Linear(16, 16) for _ in range(8)])
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x = torch.randn(4, 16)
+for i in range({n}):
+    loss = model(x).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_session() -> Any:
+    yield
+    assert session.active() is None
+
+
+def _program(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "train.py"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def _events(bundle: Path) -> list[dict[str, Any]]:
+    trace = bundle_trace(bundle)
+    assert trace is not None
+    with gzip.open(trace, "rt") as f:
+        events: list[dict[str, Any]] = json.load(f)["traceEvents"]
+    return events
+
+
+def _steps(events: list[dict[str, Any]]) -> list[str]:
+    return sorted(e["name"] for e in events if str(e.get("name", "")).startswith("ProfilerStep#"))
+
+
+def _notes(bundle: Path) -> list[str]:
+    notes: list[str] = json.loads((bundle / SIDECAR_NAME).read_text())["run"]["notes"]
+    return notes
+
+
+def test_no_python_stacks_by_default_and_stacks_on_request(tmp_path: Path) -> None:
+    # GIVEN a training loop, WHEN profiled with the defaults and with --stacks
+    script = _program(tmp_path, TRAIN.format(n=4))
+    plain, stacked = tmp_path / "plain", tmp_path / "stacked"
+    window = ["--no-analyze", "--skip", "0", "--warmup", "0", "--steps", "2"]
+    assert main(["profile", "-o", str(plain), *window, str(script)]) == 0
+    assert main(["profile", "-o", str(stacked), "--stacks", *window, str(script)]) == 0
+    # THEN only --stacks records Python frames (the sidecar still has the exact sync lines)
+    cats = [str(e.get("cat")) for e in _events(plain)]
+    assert "python_function" not in cats
+    assert "cpu_op" in cats
+    assert any(e.get("cat") == "python_function" for e in _events(stacked))
+
+
+def test_event_budget_cuts_the_window_with_a_note(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN a loop whose first step makes a few hundred events, WHEN 4 steps are asked for under a budget
+    # that holds about one step
+    script = _program(tmp_path, TRAIN.format(n=8))
+    out = tmp_path / "o"
+    args = ["--skip", "0", "--warmup", "0", "--steps", "4", "--max-events", "200"]
+    assert main(["profile", "-o", str(out), "--no-analyze", *args, str(script)]) == 0
+    # THEN one step is profiled, and stderr and the sidecar say why
+    assert _steps(_events(out)) == ["ProfilerStep#3"]
+    note = next(n for n in _notes(out) if "--max-events" in n)
+    assert "profiling 1 step(s) instead of 4" in note
+    assert note in capsys.readouterr().err
+    # AND without a budget the four steps are there
+    unbounded = tmp_path / "u"
+    assert main(["profile", "-o", str(unbounded), "--no-analyze", *args[:-1], "0", str(script)]) == 0
+    assert len(_steps(_events(unbounded))) == 4
+    assert not any("--max-events" in n for n in _notes(unbounded))
+
+
+def test_bad_max_events_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    script = _program(tmp_path, TRAIN.format(n=1))
+    assert main(["profile", "--max-events", "-1", str(script)]) == 2
+    assert "--max-events must be 0 (no limit) or more, not -1" in capsys.readouterr().err
+
+
+def test_imports_are_never_profiled(tmp_path: Path) -> None:
+    # GIVEN a program that runs Python work before its first torch call, and never steps
+    script = _program(
+        tmp_path,
+        """\
+        import torch
+
+        def setup_helper(k):
+            return k * 2
+
+        for k in range(300):
+            setup_helper(k)
+        x = torch.randn(8, 8)
+        y = (x @ x).sum()
+        """,
+    )
+    out = tmp_path / "o"
+    # WHEN profiled whole, with Python stacks
+    assert main(["profile", "-o", str(out), "--no-analyze", "--stacks", str(script)]) == 0
+    # THEN the trace starts at the first torch call: the setup frames are not in it, the torch ops are
+    names = {str(e.get("name")) for e in _events(out)}
+    assert not any("setup_helper" in n for n in names)
+    assert "aten::randn" in names and "aten::matmul" in names
+    assert session.WHOLE_RUN_NOTE in _notes(out)
+
+
+def test_window_closed_line_says_size_and_time(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    script = _program(tmp_path, TRAIN.format(n=6))
+    out = tmp_path / "o"
+    window = ["--skip", "0", "--warmup", "0", "--steps", "2"]
+    assert main(["profile", "-o", str(out), "--no-analyze", *window, str(script)]) == 0
+    err = capsys.readouterr().err
+    trace = bundle_trace(out)
+    assert trace is not None
+    size = trace.stat().st_size / 1e6
+    assert f"({size:.1f} MB in " in err
+
+
+@pytest.mark.parametrize(
+    ("events", "budget", "steps", "expected"),
+    [(100, 1000, 5, 5), (300, 1000, 5, 3), (5000, 1000, 5, 1), (300, 0, 5, 5), (0, 1000, 5, 5)],
+)
+def test_budget_steps(events: int, budget: int, steps: int, expected: int) -> None:
+    fit, note = budget_steps(events, budget, steps)
+    assert fit == expected
+    assert (note is None) == (fit == steps)
+
+
+def test_heartbeat_says_the_stage_while_it_lasts() -> None:
+    said: list[str] = []
+    got = threading.Event()
+
+    def say(message: str) -> None:
+        said.append(message)
+        if len(said) >= 2:
+            got.set()
+
+    beat = Heartbeat(say, "writing the trace", delay=0.01, interval=0.01)
+    assert got.wait(5.0)
+    beat.stop()
+    count = len(said)
+    assert said[0].startswith("writing the trace... (") and said[0].endswith(" s)")
+    threading.Event().wait(0.05)
+    assert len(said) == count  # stopped: nothing more
+
+
+def test_stderr_and_trace_number_steps_alike(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN a training loop, WHEN steps 2 and 3 after a skip are profiled
+    script = _program(tmp_path, TRAIN.format(n=9))
+    out = tmp_path / "o"
+    window = ["--skip", "2", "--warmup", "1", "--steps", "2"]
+    assert main(["profile", "-o", str(out), "--no-analyze", *window, str(script)]) == 0
+    # THEN stderr's "profiled steps A-B" are the trace's ProfilerStep#A..#B
+    err = capsys.readouterr().err
+    said = err.split("profiled steps ", 1)[1].split(" ", 1)[0]
+    first, last = (int(x) for x in said.split("-"))
+    assert last - first == 1
+    assert _steps(_events(out)) == [f"ProfilerStep#{first}", f"ProfilerStep#{last}"]

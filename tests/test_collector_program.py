@@ -1,0 +1,129 @@
+"""``stallscope profile`` follows what the program does: a program running its own torch.profiler makes
+the session step aside, and an inference loop's steps come from its model's forward calls."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from analyzer.loader import load  # noqa: E402
+from collector import session  # noqa: E402
+from collector.bundle import SIDECAR_NAME, bundle_trace  # noqa: E402
+from stallscope.cli import main  # noqa: E402
+
+FAST = ["--no-analyze", "--skip", "0", "--warmup", "0", "--steps", "2"]
+
+OWN_PROFILER = """\
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+model = torch.nn.Linear(8, 8)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x = torch.randn(4, 8)
+for _ in range(4):
+    model(x).sum().backward()
+    opt.step()
+with profile(activities=[ProfilerActivity.CPU]) as prof:
+    for _ in range(3):
+        model(x).sum().backward()
+        opt.step()
+names = {e.key for e in prof.key_averages()}
+print("OWN", "aten::addmm" in names, len(prof.events()) > 0)
+"""
+
+INFERENCE = """\
+import torch
+
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+x = torch.randn(2, 8)
+with torch.no_grad():
+    for _ in range(8):
+        out = model(x)
+        best = out.argmax().item()
+"""
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_session() -> Any:
+    yield
+    assert session.active() is None
+
+
+def _run(tmp_path: Path, text: str, *args: str) -> Path:
+    script = tmp_path / "prog.py"
+    script.write_text(textwrap.dedent(text))
+    out = tmp_path / "o"
+    assert main(["profile", "-o", str(out), *args, str(script)]) == 0
+    return out
+
+
+def test_a_program_with_its_own_profiler_is_left_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a training loop that runs torch.profiler itself after a few steps
+    out = _run(tmp_path, OWN_PROFILER, "--no-analyze")  # its profiler starts before our window
+    stdout, stderr = capsys.readouterr()
+    # THEN the program's own profile is complete, stallscope says once that it stepped aside, and
+    # its bundle has no trace (only the sidecar, with the note)
+    assert "OWN True True" in stdout
+    assert stderr.count("stepped aside") == 1
+    assert bundle_trace(out) is None
+    notes = json.loads((out / SIDECAR_NAME).read_text())["run"]["notes"]
+    assert any("runs its own torch.profiler" in n for n in notes)
+
+
+def test_inference_steps_come_from_the_models_forward_calls(tmp_path: Path) -> None:
+    # GIVEN an inference loop with no optimizer and no stallscope.step(), WHEN profiled
+    out = _run(tmp_path, INFERENCE, *FAST)
+    run = json.loads((out / SIDECAR_NAME).read_text())["run"]
+    # THEN each call of the root module starts a step: 8 calls, 7 boundaries, a steps window
+    assert (run["step_source"], run["steps_seen"], run["window"]) == ("forward", 7, "steps")
+    names = [s.name for s in load(out, use_cache=False).models[0].steps]
+    assert names == ["ProfilerStep#2", "ProfilerStep#3"]
+    # AND the inner modules (Linear, ReLU) never count as steps of their own
+    assert json.loads((out / SIDECAR_NAME).read_text())["step_timing"]["count"] == 7
+
+
+def test_stallscope_step_in_the_program_turns_forward_steps_off(tmp_path: Path) -> None:
+    # GIVEN the same loop marking its steps by hand every 2 forward calls
+    text = INFERENCE.replace("import torch\n", "import torch\nimport stallscope\n", 1)
+    text = text.replace(
+        "        best = out.argmax().item()\n",
+        "        best = out.argmax().item()\n        if _ % 2:\n            stallscope.step()\n",
+    )
+    out = _run(tmp_path, text, *FAST)
+    run = json.loads((out / SIDECAR_NAME).read_text())["run"]
+    # THEN the steps are the explicit ones
+    assert (run["step_source"], run["steps_seen"]) == ("explicit", 4)
+
+
+LBFGS = """\
+import torch
+
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.LBFGS(model.parameters(), max_iter=5)
+x, y = torch.randn(8, 4), torch.randn(8, 1)
+for _ in range(4):
+
+    def closure():
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+"""
+
+
+def test_forward_calls_inside_an_optimizer_step_are_not_steps(tmp_path: Path) -> None:
+    # GIVEN an LBFGS loop: the model is called several times inside each optimizer step
+    out = _run(tmp_path, LBFGS, *FAST)
+    run = json.loads((out / SIDECAR_NAME).read_text())["run"]
+    # THEN the optimizer marks the steps: 4 of them
+    assert (run["step_source"], run["steps_seen"]) == ("optimizer", 4)

@@ -1,0 +1,142 @@
+"""Right findings on CPU-only runs of real-shaped programs: a would-be sync counts only when its tensor
+would live on the accelerator, copies take their direction from their arguments, only calls inside the
+profiled steps are loop findings, decode loops get decode advice, and the input advice knows the
+program's DataLoader."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from analyzer.analysis import Analysis, analyze  # noqa: E402
+from analyzer.findings_latent import DECODE_ADVICE, input_advice  # noqa: E402
+from analyzer.loader import load  # noqa: E402
+from collector import session  # noqa: E402
+from collector.bundle import SIDECAR_NAME  # noqa: E402
+from stallscope.cli import main  # noqa: E402
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-only behaviour")
+WINDOW = ["--no-analyze", "--skip", "1", "--warmup", "0", "--steps", "3"]
+
+TRAIN = """\
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+device = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class Fake(Dataset):
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        label = torch.randint(0, 10, (1,)).item()  # L12: host-side data, not a sync
+        image = torch.randn(8)
+        _ = image.numpy()  # L14: host-side data
+        return image, label
+
+
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 10))
+model.to(device)  # L19: setup, host to device
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+loader = DataLoader(Fake(), batch_size=8, num_workers={workers})
+for x, y in loader:
+    x = x.to(device, non_blocking=True)  # L23: host to device
+    y = y.to(device)
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # L28
+    opt.step()
+    print(loss.item())  # L30: would sync on a GPU, every step
+print(f"{{loss:.3f}}")  # L31: once, after the loop
+"""
+
+DECODE = """\
+import torch
+import stallscope
+
+torch.manual_seed(0)
+emb = torch.nn.Embedding(16, 16)
+head = torch.nn.Linear(16, 16)
+EOS = 15
+with torch.no_grad():
+    for prompt in range(6):
+        tok = torch.tensor([prompt])
+        for _ in range(12):
+            logits = head(emb(tok))
+            tok = logits.argmax(-1)
+            if tok.item() == EOS:  # L14: the token decides when to stop
+                break
+        stallscope.step()
+"""
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_session() -> Any:
+    yield
+    assert session.active() is None
+
+
+def _profile(tmp_path: Path, text: str, name: str = "prog.py") -> tuple[Analysis, dict[str, Any]]:
+    script = tmp_path / name
+    script.write_text(textwrap.dedent(text))
+    out = tmp_path / "bundle"
+    assert main(["profile", "-o", str(out), *WINDOW, str(script)]) == 0
+    side: dict[str, Any] = json.loads((out / SIDECAR_NAME).read_text())
+    return analyze(load(out, use_cache=False)), side
+
+
+def _would(a: Analysis) -> dict[int, str]:
+    return {f.call_site.line: f.rule for f in a.findings if f.rule.startswith("would_sync") and f.call_site}
+
+
+def test_cpu_training_loop_reports_only_device_bound_reads_in_the_loop(tmp_path: Path) -> None:
+    # GIVEN a CPU-only training loop: data-side .item()/.numpy(), .to(device) moves, clip_grad_norm_,
+    # loss.item() every step and one formatted print after the loop
+    a, side = _profile(tmp_path, TRAIN.format(workers=0))
+    # THEN the only would-be sync is the loss read in the loop
+    assert _would(a) == {30: "would_sync_scalar_read"}
+    (loss_read,) = [f for f in a.findings if f.rule == "would_sync_scalar_read"]
+    assert loss_read.count == 3  # once in each of the 3 profiled steps
+    # AND the sidecar says which calls' tensors would be on the device
+    by_line = {(r["line"], r["op"]): r["on_device"] for r in side["sync_sites"]}
+    assert by_line[(30, "Tensor.item")] is True
+    assert by_line[(12, "Tensor.item")] is False
+    assert by_line[(14, "Tensor.numpy")] is False
+    assert not any(on for (line, op), on in by_line.items() if op == "Tensor.to")
+    assert side["run"]["step_source"] == "optimizer"
+    assert side["run"]["dataloaders"][0]["num_workers"] == 0
+
+
+def test_decode_loop_gets_decode_advice(tmp_path: Path) -> None:
+    # GIVEN a greedy decode loop under no_grad whose per-token .item() decides stopping
+    a, side = _profile(tmp_path, DECODE, "decode.py")
+    # THEN it is one decode finding at that line (the token came from the model: device-bound)
+    (f,) = [f for f in a.findings if f.rule.startswith("would_sync")]
+    assert (f.rule, f.call_site.line if f.call_site else None) == ("would_sync_decode", 14)
+    assert f.advice == DECODE_ADVICE
+    assert f.count >= 3
+    assert side["run"]["step_source"] == "explicit"
+
+
+def test_dataloader_workers_are_recorded(tmp_path: Path) -> None:
+    _, side = _profile(tmp_path, TRAIN.format(workers=2))
+    (loader,) = side["run"]["dataloaders"]
+    assert (loader["num_workers"], loader["batch_size"], loader["pin_memory"]) == (2, 8, False)
+
+
+def test_input_advice_knows_the_workers() -> None:
+    loaders = [{"num_workers": 2, "batch_size": 8, "pin_memory": False, "prefetch_factor": 2}]
+    advice = input_advice({"dataloaders": loaders})
+    assert "already has num_workers=2" in advice
+    assert "`num_workers=4`" in advice and "`prefetch_factor=4`" in advice and "pin_memory=True" in advice
+    assert "`__getitem__`" in advice
+    assert "num_workers=N" in input_advice({"dataloaders": [{"num_workers": 0}]})
+    assert "num_workers=N" in input_advice({})
