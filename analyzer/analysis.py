@@ -26,7 +26,7 @@ from analyzer.runtiming import RunTiming, run_timing
 from analyzer.sidecar import Sidecar
 from analyzer.syncs import Sync, find_syncs
 from analyzer.verdict import Verdict, decide
-from analyzer.whatif import AvoidablePolicy, WhatIfReport, what_if
+from analyzer.whatif import AvoidablePolicy, WhatIfReport, host_only, what_if
 
 SCHEMA = "stallscope.analysis/1"
 
@@ -292,7 +292,7 @@ def analyze_model(
     say("what-if")
     avoidable_calls = frozenset(c for s in syncs if s.avoidable for c in s.calls)
     policy = opts.avoidable or (lambda _m, _g, _s, _e: avoidable_calls)
-    whatif = what_if(model, graph, frame, policy)
+    whatif = what_if(model, graph, frame, policy) if main is not None else host_only(window.dur_us, critical)
     notes = _notes(whatif, critical, _unlinked_share(graph, main, window), window)
     saving = max(whatif.saving(Scenario.NO_AVOIDABLE_SYNCS), whatif.saving(Scenario.INPUT_OVERLAPPED), 0.0)
     util = summary.device_utilization if main is not None else None

@@ -17,6 +17,7 @@ from analyzer.consistency import check
 from analyzer.critical import CriticalPath, Kind
 from analyzer.gaps import Cause
 from analyzer.inputs import input_intervals
+from analyzer.replay import Scenario
 from analyzer.verdict import decide
 
 MAIN, AUTOGRAD = 100, 200
@@ -271,3 +272,24 @@ def test_the_whatif_baseline_is_the_window_and_device_work_past_it_is_said(write
     # AND one note says the device work ran past the window
     assert a.whatif.overrun_us == pytest.approx(2_010, abs=1)
     assert any("past its end" in n for n in a.notes)
+
+
+def test_a_cpu_only_run_gets_whatif_savings_that_agree_with_its_findings(write_trace: WriteTrace) -> None:
+    # GIVEN a CPU-only run: 3 steps of 10 ms, each 6 ms of data loading then 4 ms of ops
+    ev: list[Event] = []
+    for i in range(3):
+        t = i * 10_000.0
+        ev.append(span("user_annotation", f"ProfilerStep#{i + 1}", t, 10_000, External_id=100 + i))
+        ev.append(span("cpu_op", LOADER, t, 6_000))
+        ev.append(span("cpu_op", "aten::mm", t + 6_000, 4_000))
+    a = analysed(write_trace, ev)
+    assert a.main_device is None and a.whatif is not None and a.critical is not None
+    # THEN the what-if follows the critical path: overlapped loading saves its 18 ms, a 2x host half of all
+    assert a.critical.breakdown_us[Kind.INPUT] == pytest.approx(18_000)
+    assert a.whatif.saving(Scenario.INPUT_OVERLAPPED) == pytest.approx(18_000)
+    assert a.whatif.saving(Scenario.HOST_2X) == pytest.approx(15_000)
+    assert a.whatif.saving(Scenario.DEVICE_2X) == 0.0
+    # AND the input finding and the best saving quote the same number; the verdict says input
+    (finding,) = [f for f in a.findings if f.rule == "input_bound"]
+    assert finding.est_saving_us == pytest.approx(18_000) == a.summary.est_saving_us
+    assert a.summary.bottleneck == "input" and a.warnings == ()
