@@ -117,7 +117,7 @@ def _compute_major(device: Device) -> int | None:
     return major if isinstance(major, int) and not isinstance(major, bool) else None
 
 
-def _gemm_kind(name: str) -> str:
+def gemm_kind(name: str) -> str:
     """ "tensor_core", "fp32" or "" (not a GEMM-like kernel, or a GEMV) for one kernel name."""
     if not _GEMM_LIKE.search(name) or _GEMV.search(name):
         return ""
@@ -144,7 +144,7 @@ def tensor_cores_unused(a: Analysis) -> list[Finding]:
     # classify each distinct kernel name once (names are interned), then add up per kernel in numpy
     codes = model.events.name[g.act_event[kernels]]
     distinct = np.unique(codes).tolist()
-    kind = {c: _gemm_kind(model.strings[c]) for c in distinct}
+    kind = {c: gemm_kind(model.strings[c]) for c in distinct}
     if any(k == "tensor_core" for k in kind.values()):
         return []  # some GEMM uses the tensor cores: mixed precision is on
     fp32 = np.array([kind[c] == "fp32" for c in codes.tolist()], dtype=np.bool_)

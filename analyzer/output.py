@@ -14,6 +14,7 @@ from analyzer.critical import Kind
 from analyzer.gaps import Gap
 from analyzer.sites import CallSite
 from analyzer.syncs import Sync
+from analyzer.tops import top_tables
 
 
 def _plain(value: Any) -> Any:
@@ -111,10 +112,16 @@ def to_json(a: Analysis) -> dict[str, Any]:
         "idle_by_cause_us": {c.value: v for c, v in a.idle_by_cause.items()},
         "per_rank": [{"rank": r, "summary": _summary(s)} for r, s in sorted(a.per_rank.items())],
         "verdict": _verdict(a),
+        "tops": _tops(a),
         "warnings": list(a.warnings),
         "run_steps": _run_steps(a),
         "counters": counters,
     }
+
+
+def _tops(a: Analysis) -> dict[str, Any]:
+    t = top_tables(a.model, a.window.start_us, a.window.end_us)
+    return {"ops": [asdict(r) for r in t.ops], "kernels": [asdict(r) for r in t.kernels]}
 
 
 def _verdict(a: Analysis) -> dict[str, Any] | None:

@@ -59,6 +59,14 @@ def _configure_analyze(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-cache", action="store_true", help="parse the trace even if a cached model exists")
     p.add_argument("-q", "--quiet", action="store_true", help="no summary on stdout, no progress on stderr")
     p.add_argument("--top", type=int, default=3, metavar="N", help="findings to list (default 3)")
+    p.add_argument(
+        "--top-ops",
+        type=int,
+        default=None,
+        metavar="N",
+        help="list the N ops with the most self time and the N kernels with the most device time "
+        "(default: 5 ops on a CPU-only run, none otherwise; all 20 of each are in --json)",
+    )
     add_input_limits(p)
 
 
@@ -88,7 +96,7 @@ def _run_analyze(args: argparse.Namespace) -> int:
     if args.json:
         _write_json(args.json, to_json(result) | {"job": job_json(job) if job else None})
     if not args.quiet and args.json != "-":
-        print(render(result, args.top))
+        print(render(result, args.top, args.top_ops))
         if job:
             print(render_job(job, args.top))
         if args.json:

@@ -7,6 +7,7 @@ from analyzer.counters import window_stats
 from analyzer.critical import VERDICT
 from analyzer.model import LaneKind
 from analyzer.numbers import ratio
+from analyzer.tops import top_tables
 
 _MAX_STEP_ROWS = 4
 
@@ -15,13 +16,14 @@ def ms(us: float) -> str:
     return f"{us / 1000:,.2f} ms" if abs(us) >= 1000 else f"{us:,.1f} us"
 
 
-def render(a: Analysis, top: int = 3) -> str:
+def render(a: Analysis, top: int = 3, top_ops: int | None = None) -> str:
     """Verdict first (bottleneck, utilization, idle by cause, best saving), then the what-if table, the
     pipeline model and the trace facts: about 20 lines for a typical trace."""
     m = a.model
     lines = [f"stallscope: {m.path}"]
     lines.extend(_verdict(a))
     lines.extend(_findings(a, top))
+    lines.extend(_tops(a, (5 if a.main_device is None else 0) if top_ops is None else top_ops))
     lines.extend(_syncs(a))
     lines.extend(_whatif(a))
     if a.pipeline:
@@ -79,6 +81,28 @@ def _verdict(a: Analysis) -> list[str]:
     else:
         out.append("            no realistic saving found from removing avoidable syncs or overlapping input")
     return out
+
+
+def _tops(a: Analysis, n: int) -> list[str]:
+    """The top ops by self time and kernels by device time (``key_averages``-style), ``n`` of each."""
+    if n <= 0:
+        return []
+    t = top_tables(a.model, a.window.start_us, a.window.end_us, n)
+    rows = []
+    if t.ops:
+        rows.append(f"  top ops   {'self':>11} {'total':>11} {'calls':>7} {'in steps':>8}  name")
+        rows += [
+            f"            {ms(r.self_us):>11} {ms(r.total_us):>11} {r.count:>7,} {r.in_steps:>8,}  {r.name[:70]}"
+            for r in t.ops
+        ]
+    if t.kernels:
+        rows.append(f"  top kernels {'total':>9} {'mean':>11} {'calls':>7} {'TC':>3}  name")
+        rows += [
+            f"            {ms(r.total_us):>11} {ms(r.mean_us):>11} {r.count:>7,} "
+            f"{'-' if r.tensor_cores is None else ('yes' if r.tensor_cores else 'no'):>3}  {r.name[:70]}"
+            for r in t.kernels
+        ]
+    return rows
 
 
 def _findings(a: Analysis, top: int) -> list[str]:

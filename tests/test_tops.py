@@ -1,0 +1,54 @@
+"""Top tables (analyzer.tops): ops by self time and kernels by device time, on a hand-built trace."""
+
+from __future__ import annotations
+
+import pytest
+from _kineto import WriteTrace, document, kernel, span
+
+from analyzer import load
+from analyzer.analysis import analyze
+from analyzer.output import to_json
+from analyzer.tops import top_tables
+from stallscope.terminal import render
+
+
+def trace() -> list[dict[str, object]]:
+    """Two 1 ms steps: aten::linear (400 µs) holding aten::mm (300 µs) each step, one aten::relu (50 µs)
+    outside the steps; kernels: an FP32 sgemm and a tensor-core one, twice each."""
+    ev: list[dict[str, object]] = []
+    for i in range(2):
+        t = i * 1_000.0
+        ev.append(span("user_annotation", f"ProfilerStep#{i + 1}", t, 1_000, External_id=50 + i))
+        ev.append(span("cpu_op", "aten::linear", t + 10, 400, External_id=10 + i))
+        ev.append(span("cpu_op", "aten::mm", t + 20, 300, External_id=20 + i))
+        ev.append(kernel("volta_sgemm_128x64_nn", t + 30, 100, 30 + i))
+        ev.append(kernel("ampere_fp16_s16816gemm_fp16_128x128", t + 200, 40, 40 + i))
+    ev.append(span("cpu_op", "aten::relu", 1_990, 5))
+    return ev
+
+
+def test_ops_by_self_time_and_kernels_by_device_time(write_trace: WriteTrace) -> None:
+    a = analyze(load(write_trace(document(trace()))))
+    t = top_tables(a.model, a.window.start_us, a.window.end_us)
+    ops = {r.name: r for r in t.ops}
+    # THEN aten::linear's self time is its 400 µs less the 300 µs of aten::mm nested in it, per call
+    assert (ops["aten::linear"].count, ops["aten::linear"].total_us, ops["aten::linear"].self_us) == (
+        2,
+        800,
+        200,
+    )
+    assert (ops["aten::mm"].self_us, ops["aten::mm"].in_steps, ops["aten::mm"].per_step_us) == (600, 2, 300)
+    assert [r.name for r in t.ops][:2] == ["aten::mm", "aten::linear"]  # by self time
+    k = {r.name: r for r in t.kernels}
+    assert k["volta_sgemm_128x64_nn"].total_us == 200 and k["volta_sgemm_128x64_nn"].mean_us == 100
+    assert k["volta_sgemm_128x64_nn"].tensor_cores is False
+    assert k["ampere_fp16_s16816gemm_fp16_128x128"].tensor_cores is True
+    # AND the JSON carries both tables; --top-ops N prints N of each
+    doc = to_json(a)
+    assert doc["tops"]["ops"][0]["name"] == "aten::mm" and doc["tops"]["ops"][0]["self_us"] == pytest.approx(
+        600
+    )
+    text = render(a, top_ops=1)
+    assert "top ops" in text and "aten::mm" in text and "aten::linear" not in text
+    assert "volta_sgemm_128x64_nn" in text and "top kernels" in text
+    assert "top ops" not in render(a)  # a GPU run shows them only when asked
