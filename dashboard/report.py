@@ -79,7 +79,13 @@ def render(
     doc = _analysis_json(analysis)
     say("report: drawing the timelines")
     timelines = [
-        {"id": f"timeline-{i}", "title": title, "figure": _fig(timeline.figure(sl, title))}
+        {
+            "id": f"timeline-{i}",
+            "title": title,
+            # the title is the section's own heading (it wraps on a narrow page; inside the figure it would
+            # crowd the axis)
+            "figure": _fig(timeline.figure(sl, origin_name="step" if analysis.steps else "window")),
+        }
         for i, (title, sl) in enumerate(_timeline_slices(analysis, opts.max_items_per_lane))
     ]
     say("report: drawing the charts")

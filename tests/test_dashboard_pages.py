@@ -221,12 +221,18 @@ def test_timeline_zoom_asks_only_for_the_visible_range(services: Services, item:
         services, item, None, {"xaxis.range[0]": 1.0, "xaxis.range[1]": 2.0}, view
     )
     assert new["start"] == pytest.approx(view["lo"] + 1000) and new["end"] == pytest.approx(view["lo"] + 2000)
-    assert fig.layout.xaxis.range[1] == pytest.approx(1.0)
+    # the zoomed axis keeps absolute times: ms from the window start, not from the zoomed range's start
+    assert tuple(fig.layout.xaxis.range) == pytest.approx((1.0, 2.0))
+    assert "ms from the start of the window" in fig.layout.title.text
     assert status.startswith("showing 1.00 ms to 2.00 ms")
     # every drawn bar lies inside the visible range
     for t in fig.data:
         if t.type == "bar":
-            assert all(0 <= b <= 1.0 + 1e-9 for b in t.base)
+            assert all(1.0 - 1e-9 <= b <= 2.0 + 1e-9 for b in t.base)
+    # zooming again reads the axis the same way: 1.2..1.5 ms means 1.2..1.5 ms from the window start
+    deeper = explorer.next_view(new, None, {"xaxis.range": [1.2, 1.5]})
+    assert deeper is not None
+    assert (deeper["start"], deeper["end"]) == pytest.approx((view["lo"] + 1200, view["lo"] + 1500))
     back = explorer.next_view(new, None, {"xaxis.autorange": True})
     assert back is not None and (back["start"], back["end"]) == (view["lo"], view["hi"])
     out = explorer.next_view(new, explorer.Ids.ZOOM_OUT.value, None)
