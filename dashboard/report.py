@@ -105,6 +105,7 @@ def render(
         "verdict": verdict_doc(doc),
         "findings": findings_doc(doc),
         "syncs": _sync_groups(doc, opts.max_sync_rows),
+        "tops": _tops(doc),
         "whatif": _whatif(analysis, doc),
         "pipeline": doc["pipeline"],
         "source": _source(analysis, doc, opts),
@@ -170,6 +171,19 @@ def plotly_version() -> str:
 
 def _cdn_url() -> str:
     return f"https://cdn.jsdelivr.net/npm/plotly.js-basic-dist-min@{plotly_version()}/plotly-basic.min.js"
+
+
+def _tops(doc: Doc) -> Doc:
+    """The JSON's top tables with what their share columns divide by: the window, the device's busy time,
+    the profiled steps."""
+    tops = doc.get("tops") or {"ops": [], "kernels": []}
+    return {
+        **tops,
+        "window_us": float(doc["window"]["dur_us"]),
+        "busy_us": float(doc["summary"].get("device_busy_us") or 0.0),
+        "steps": len(doc.get("steps") or []),
+        "cpu_only": cpu_only(doc),
+    }
 
 
 def _fig(fig: go.Figure | None) -> Any:
