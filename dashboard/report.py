@@ -56,12 +56,17 @@ class ReportOptions:
     max_sync_rows: int = 200  # sync groups listed (the costliest)
 
 
-def share(fraction: float) -> str:
-    """A percentage with one decimal below 1% (a 0.4% saving is not "0%")."""
+def share(fraction: float | None) -> str:
+    """A percentage with one decimal below 1% (a 0.4% saving is not "0%"); "—" for a figure that does not
+    exist (a CPU-only run's device figures are null)."""
+    if fraction is None:
+        return "—"
     return f"{fraction:.1%}" if 0 < abs(fraction) < 0.01 else f"{fraction:.0%}"
 
 
-def ms(us: float) -> str:
+def ms(us: float | None) -> str:
+    if us is None:
+        return "—"
     return f"{us / 1000:,.2f} ms" if abs(us) >= 1000 else f"{us:,.1f} µs"
 
 
@@ -250,7 +255,7 @@ def verdict_doc(doc: Doc) -> Doc:
     estimates, saying which it is."""
     s = doc["summary"]
     wall = float(s["wall_us"]) or 1.0
-    idle_us = float(s["device_idle_us"])
+    idle_us = float(s["device_idle_us"] or 0.0)  # null on a CPU-only run
     idle = sorted(((v, c) for c, v in doc["idle_by_cause_us"].items() if v > 0), reverse=True)
     best = _best_saving(doc)
     saving, finding = best_saving(doc)  # a finding's own estimate can be the larger one

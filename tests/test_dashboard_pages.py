@@ -173,7 +173,9 @@ def test_a_cpu_only_trace_says_cpu_only_instead_of_zero_utilization(services: Se
 
     cpu = add(services, CPU_ONLY, "cpu-only.json.gz")
     raw = services.store.analysis(cpu)
-    assert raw["devices"] == [] and raw["summary"]["device_utilization"] == 0.0  # what the analysis says
+    # what the analysis says: no device figures (null, not 0% busy and idle for the whole wall)
+    assert raw["devices"] == [] and raw["summary"]["device_utilization"] is None
+    assert raw["summary"]["device_idle_us"] is None and raw["steps"][0]["device_idle_us"] is None
     # traces table: a null utilization (drawn as a dash, sorts apart from real numbers), bottleneck "CPU only"
     by_id = {r["id"]: r for r in traces.rows(services.store.entries(), "")}
     gpu = services.store.analysis(item)["summary"]
