@@ -154,6 +154,8 @@ def _configure_check(p: argparse.ArgumentParser) -> None:
 
 
 def _check_usage(args: argparse.Namespace) -> None:
+    if (args.baseline is None) != (args.max_regression is None):
+        raise UsageError("check: --baseline and --max-regression go together (give both)")
     limits = (args.max_idle_frac, args.max_avoidable_syncs, args.max_sync_wait_frac, args.max_regression)
     if all(v is None for v in limits):
         raise UsageError(
@@ -166,8 +168,6 @@ def _check_usage(args: argparse.Namespace) -> None:
     ):
         if value is not None and not 0.0 <= value <= 1.0:
             raise UsageError(f"check: {name} must be a fraction between 0 and 1, not {value}")
-    if (args.baseline is None) != (args.max_regression is None):
-        raise UsageError("check: --baseline and --max-regression go together (give both)")
     if args.max_regression is not None and not 0.0 <= args.max_regression < float("inf"):
         raise UsageError(f"check: --max-regression is a percentage of 0 or more, not {args.max_regression}")
 
