@@ -19,14 +19,14 @@ from dashboard.report import _environment, ms
 Doc = dict[str, Any]
 ABSENT = "—"  # a figure that does not exist on that side (a CPU-only run's device idle)
 
-_HEADLINE = (  # (diff key, label, format)
-    ("wall_us", "wall (window)", "ms"),
-    ("device_utilization", "device utilization", "pct"),
-    ("device_busy_us", "device busy", "ms"),
-    ("device_idle_us", "device idle", "ms"),
-    ("host_sync_wait_us", "host blocked in syncs", "ms"),
-    ("sync_count", "syncs", "n"),
-    ("avoidable_sync_count", "avoidable syncs", "n"),
+_HEADLINE = (  # (diff key, label, format, which way is better: -1 lower, +1 higher, 0 neither)
+    ("wall_us", "wall (window)", "ms", -1),
+    ("device_utilization", "device utilization", "pct", +1),
+    ("device_busy_us", "device busy", "ms", 0),
+    ("device_idle_us", "device idle", "ms", -1),
+    ("host_sync_wait_us", "host blocked in syncs", "ms", -1),
+    ("sync_count", "syncs", "n", -1),
+    ("avoidable_sync_count", "avoidable syncs", "n", -1),
 )
 _TABLES = (  # (diff key, title, what the time column is)
     ("syncs", "Syncs by call site", "host wait + device idle charged"),
@@ -48,18 +48,18 @@ def render(doc: Doc) -> str:
     steps = doc["steps"]
     context = {
         "doc": doc,
-        "headline": [_headline(doc, key, label, how) for key, label, how in _HEADLINE],
+        "headline": [_cells(label, doc[key], how, better) for key, label, how, better in _HEADLINE],
         "verdict": {side: _verdict(doc["verdict"][side]) for side in ("before", "after")},
         "verdict_changed": doc["verdict"]["changed"],
         "steps": {
             "rows": [
-                _cells("profiled steps", steps["count"], "n"),
-                _cells("median step", steps["median_us"], "ms"),
-                _cells("mean step", steps["mean_us"], "ms"),
+                _cells("profiled steps", steps["count"], "n", 0),
+                _cells("median step", steps["median_us"], "ms", -1),
+                _cells("mean step", steps["mean_us"], "ms", -1),
             ],
             "pairs": [
                 {"index": p["index"], "name_before": p["before"], "name_after": p["after"]}
-                | _fmt(p["dur_us"], "ms")
+                | _fmt(p["dur_us"], "ms", -1)
                 for p in steps["pairs"]
             ],
             "note": steps["note"],
@@ -84,11 +84,14 @@ def _one(value: Any, how: str) -> str:
     return ms(value) if how == "ms" else f"{int(value):,}"
 
 
-def _fmt(delta: Doc, how: str) -> Doc:
-    """Before, after and change of one ``{before, after, change, rel}`` as text, and whether it went up."""
+def _fmt(delta: Doc, how: str, better: int) -> Doc:
+    """Before, after and change of one ``{before, after, change, rel}`` as text, and its ``tone``:
+    ``better`` / ``worse`` when the figure moved (``better``: -1 lower is better, +1 higher, 0 neither)."""
     change, rel = delta["change"], delta["rel"]
     if change is None:
         text = ""
+    elif not change:
+        text = "no change"
     elif how == "pct":
         text = f"{change * 100:+.1f} pts"
     else:
@@ -96,20 +99,17 @@ def _fmt(delta: Doc, how: str) -> Doc:
         text = (f"{sign}{ms(abs(change))}" if how == "ms" else f"{change:+,.0f}") + (
             f" ({rel:+.0%})" if rel is not None else ""
         )
+    tone = "" if not change or not better else ("better" if (change > 0) == (better > 0) else "worse")
     return {
         "before": _one(delta["before"], how),
         "after": _one(delta["after"], how),
         "change": text,
-        "up": None if not change else change > 0,
+        "tone": tone,
     }
 
 
-def _cells(label: str, delta: Doc, how: str) -> Doc:
-    return {"metric": label} | _fmt(delta, how)
-
-
-def _headline(doc: Doc, key: str, label: str, how: str) -> Doc:
-    return _cells(label, doc[key], how)
+def _cells(label: str, delta: Doc, how: str, better: int) -> Doc:
+    return {"metric": label} | _fmt(delta, how, better)
 
 
 def _verdict(v: Doc) -> Doc:
@@ -119,8 +119,8 @@ def _verdict(v: Doc) -> Doc:
 
 
 def _row(r: Doc) -> Doc:
-    counts = _fmt(r["count"], "n")
-    times = _fmt(r["time_us"], "ms")
+    counts = _fmt(r["count"], "n", 0)
+    times = _fmt(r["time_us"], "ms", -1)
     return {
         "name": r["name"],
         "detail": r["detail"],
@@ -129,7 +129,7 @@ def _row(r: Doc) -> Doc:
         "before": times["before"] if r["time_us"]["before"] is not None else "below the top rows",
         "after": times["after"] if r["time_us"]["after"] is not None else "below the top rows",
         "change": times["change"],
-        "up": times["up"],
+        "tone": times["tone"],
     }
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 
 from analyzer.diff import Side, side_of
-from analyzer.errors import TraceError
+from analyzer.errors import TraceError, UsageError
 from analyzer.loader import MAX_INFLATED_MB
 from stallscope.progress import Progress
 
@@ -46,7 +46,12 @@ def load_doc(
     its 20 top rows; a trace analysed now lists every op and kernel, so a name absent there is absent).
     Bad input is a ``StallscopeError`` (one line naming the file)."""
     if is_saved_analysis(path):
-        return _read_saved(path, max_inflated_mb), True
+        doc = _read_saved(path, max_inflated_mb)
+        source = doc.get("source")
+        saved_rank = source.get("rank") if isinstance(source, dict) else None
+        if rank is not None and saved_rank != rank:
+            raise UsageError(f"--rank {rank}: {path} is a saved analysis of rank {saved_rank}")
+        return doc, True
     from analyzer import cache
     from analyzer.output import to_json
     from analyzer.tops import top_tables

@@ -211,6 +211,60 @@ def test_the_html_report_escapes_trace_names(tmp_path: Path) -> None:
     assert html.count("<script") == 1  # data only: the page runs no script
 
 
+def test_the_html_page_marks_each_change_better_or_worse(tmp_path: Path) -> None:
+    # GIVEN the removed item sync WHEN written as a page
+    before, after = write(loop("before", item=True), tmp_path), write(loop("after"), tmp_path)
+    page = tmp_path / "diff.html"
+    assert main(["diff", before, after, "--report", str(page), "-q", "--no-cache"]) == 0
+    cells = {
+        m["metric"]: (m["tone"], m["change"])
+        for m in re.finditer(
+            r"<tr><td>(?P<metric>[^<]+)</td>(?:<td[^>]*>[^<]*</td>){2}\s*"
+            r'<td class="num ?(?P<tone>\w*)">(?P<change>[^<]*)</td></tr>',
+            page.read_text(),
+        )
+    }
+    # THEN a shorter wall and a busier device are better, the unchanged busy time neither
+    assert cells["wall (window)"] == ("better", "-1.26 ms (-8%)")
+    assert cells["device utilization"][0] == "better"
+    assert cells["avoidable syncs"] == ("better", "-4 (-100%)")
+    assert cells["profiled steps"] == ("", "no change")
+
+
+def test_a_run_against_itself_changes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = write(loop("run", item=True), tmp_path)
+    d = diff_doc(run, run, tmp_path)
+    assert d["wall_us"]["change"] == 0.0 and d["verdict"]["changed"] is False
+    assert d["ops"] == d["kernels"] == d["syncs"] == d["findings"] == []
+    assert main(["check", run, "--baseline", run, "--max-regression", "0", "--no-cache"]) == 0
+    out = capsys.readouterr().out
+    assert "ok   wall 15.82 ms against baseline 15.82 ms (+0.0%; limit +0%)" in out
+
+
+@pytest.mark.shared
+def test_dataloader_workers_on_real_traces(shared_traces: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN the same ResNet-50 loop on a V100 with DataLoader(num_workers=0), then num_workers=4
+    field = shared_traces / "field"
+    nw0, nw4 = (str(field / f"kineto_v100_resnet50_nw{n}.pt.trace.json.gz") for n in (0, 4))
+    # WHEN diffed
+    assert main(["diff", nw0, nw4, "--json", "-", "-q"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    # THEN loading no longer holds the loop: input-bound before, not after; the single-process loader's
+    # __next__ and the data-loading finding are gone; the median step, the wall and device idle fell
+    assert d["verdict"]["before"]["bottleneck"] == "input"
+    assert d["verdict"]["after"]["bottleneck"] == "host" and d["verdict"]["changed"]
+    assert row(d["ops"], "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__")["status"] == "gone"
+    assert row(d["findings"], "input_bound")["status"] == "gone"
+    assert d["steps"]["paired"] == 6 and d["wall_comparable"]
+    assert d["steps"]["median_us"]["rel"] == pytest.approx(-0.28, abs=0.01)
+    assert d["wall_us"]["rel"] == pytest.approx(-0.20, abs=0.01)
+    assert d["device_idle_us"]["rel"] == pytest.approx(-0.50, abs=0.01)
+    # ... and the what-if before predicted most of it: overlapping the input saves a third
+    overlapped = next(w for w in d["whatif"] if w["scenario"] == "input_overlapped")["saving_us"]
+    assert overlapped["before"] / d["wall_us"]["before"] == pytest.approx(0.34, abs=0.01)
+    assert overlapped["after"] < 0.01 * d["wall_us"]["after"]
+
+
 def test_check_baseline_fails_above_the_regression_and_passes_below(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -268,6 +322,7 @@ def test_check_baseline_reads_a_saved_analysis(tmp_path: Path, capsys: pytest.Ca
         (["diff", "{truncated}", "{fast}"], "a saved analysis that is not valid JSON"),
         (["diff", "{partial}", "{fast}"], "not a complete stallscope analysis ('summary' missing)"),
         (["diff", "{fast}", "{slow}", "--report", "{tmp}/no/such/folder/x.html"], "does not exist"),
+        (["diff", "{saved}", "{fast}", "--rank", "3"], "is a saved analysis of rank 0"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(
@@ -277,6 +332,7 @@ def test_bad_input_is_one_line_and_exit_2(
     (tmp_path / "d.json").write_text('{"schema": "stallscope.diff/1", "before": "x"}')
     (tmp_path / "t.json").write_text('{"schema": "stallscope.analysis/1", "summary": {"wall')
     (tmp_path / "p.json").write_text('{"schema": "stallscope.analysis/1", "window": {}}')
+    (tmp_path / "s.json").write_text('{"schema": "stallscope.analysis/1", "source": {"rank": 0}}')
     names = {
         "fast": fast,
         "slow": slow,
@@ -284,6 +340,7 @@ def test_bad_input_is_one_line_and_exit_2(
         "diffdoc": str(tmp_path / "d.json"),
         "truncated": str(tmp_path / "t.json"),
         "partial": str(tmp_path / "p.json"),
+        "saved": str(tmp_path / "s.json"),
         "tmp": str(tmp_path),
     }
     assert main([a.format(**names) for a in argv]) == 2
