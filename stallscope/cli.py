@@ -181,7 +181,8 @@ def _run_check(args: argparse.Namespace) -> int:
 
     _check_usage(args)
     limits = (args.time_limit, args.max_inflated_mb)
-    doc, cut = load_doc(args.trace, args.rank, not args.no_cache, None, *limits)
+    # the gate compares walls and steps only: the new run's top tables need not be complete
+    doc, cut = load_doc(args.trace, args.rank, not args.no_cache, None, *limits, full_tops=False)
     failed = 0
     lines = []
     for name, value, limit, fmt in _check_measures(doc, args):

@@ -41,10 +41,11 @@ def load_doc(
     progress: Progress | None = None,
     time_limit_s: float | None = None,
     max_inflated_mb: float = MAX_INFLATED_MB,
+    full_tops: bool = True,
 ) -> tuple[Doc, bool]:
     """The analysis document of ``path`` and whether its top tables are cut (a saved analysis lists
-    its 20 top rows; a trace analysed now lists every op and kernel, so a name absent there is absent).
-    Bad input is a ``StallscopeError`` (one line naming the file)."""
+    its 20 top rows; a trace analysed now lists every op and kernel when ``full_tops``, so a name absent
+    there is absent). Bad input is a ``StallscopeError`` (one line naming the file)."""
     if is_saved_analysis(path):
         doc = _read_saved(path, max_inflated_mb)
         source = doc.get("source")
@@ -60,6 +61,8 @@ def load_doc(
     a = load_and_analyse(path, rank, use_cache, progress, time_limit_s, max_inflated_mb)
     cache.wait()
     doc = to_json(replace(a, critical=None))  # a diff reads no path segments; listing them is slow
+    if not full_tops:
+        return doc, True
     full = top_tables(a.model, a.window.start_us, a.window.end_us, _ALL)
     doc["tops"] = {"ops": [asdict(r) for r in full.ops], "kernels": [asdict(r) for r in full.kernels]}
     return doc, False
