@@ -81,7 +81,6 @@ class Tally:
     count: int
     time_us: float
     detail: str = ""  # sync kind / finding title
-    extra_us: float = 0.0  # a sync site's device idle charged (included in time_us)
 
 
 @dataclass(frozen=True)
@@ -90,7 +89,6 @@ class Side:
 
     label: str  # the path the user gave
     wall_us: float
-    basis: str  # window basis: "steps" or "trace"
     cpu_only: bool
     bottleneck: str | None
     evidence: str
@@ -215,7 +213,6 @@ def _side(doc: Doc, label: str, tops_cut: bool) -> Side:
     return Side(
         label=label,
         wall_us=_num(doc["window"]["dur_us"], "window.dur_us"),
-        basis=str(doc["window"].get("basis", "")),
         cpu_only=cpu,
         bottleneck=None if cpu else (str(s["bottleneck"]) if s.get("bottleneck") else None),
         evidence="" if cpu else str(verdict.get("evidence") or ""),
@@ -260,7 +257,7 @@ def _sync_sites(syncs: Iterable[Doc]) -> dict[tuple[str, str], Tally]:
         kind = str(s["kind"])
         wait, bubble = _num(s["wait_us"], "syncs[].wait_us"), _num(s["bubble_us"], "syncs[].bubble_us")
         prev = out.get((where, kind), Tally(0, 0.0, kind))
-        out[(where, kind)] = Tally(prev.count + 1, prev.time_us + wait + bubble, kind, prev.extra_us + bubble)
+        out[(where, kind)] = Tally(prev.count + 1, prev.time_us + wait + bubble, kind)
     return out
 
 
@@ -279,23 +276,9 @@ def _findings(findings: Iterable[Doc]) -> dict[tuple[str, str], Tally]:
 def compare(a: Side, b: Side, rows: int = ROWS) -> Diff:
     """``b`` (after) against ``a`` (before): every figure side by side, the ``rows`` most changed ops,
     kernels, sync sites and findings."""
-    notes: list[str] = []
     steps = _steps(a, b)
-    if steps.note:
-        notes.append(steps.note)
     comparable = not (a.steps and b.steps and len(a.steps) != len(b.steps))
-    if not comparable:
-        notes.append(
-            f"the windows cover {len(a.steps)} and {len(b.steps)} steps: compare the per-step times, "
-            "not the wall"
-        )
-    for side, which in ((a, "before"), (b, "after")):
-        if side.cpu_only:
-            notes.append(f"{which} is a CPU-only run: it has no device figures (shown as absent)")
-        if side.ops is None:
-            notes.append(
-                f"{which} has no top tables (an analysis from an older stallscope): ops not compared"
-            )
+    notes = _notes(a, b, steps, comparable)
 
     def device(get: Callable[[Side], float | None]) -> Delta:
         return Delta(get(a), get(b))
@@ -325,8 +308,26 @@ def compare(a: Side, b: Side, rows: int = ROWS) -> Diff:
             )
             for name in dict.fromkeys([*a.whatif, *b.whatif])
         ),
-        notes=tuple(notes),
+        notes=notes,
     )
+
+
+def _notes(a: Side, b: Side, steps: StepsDiff, comparable: bool) -> tuple[str, ...]:
+    """What a reader must know to read the figures: step pairing, CPU-only sides, missing top tables."""
+    notes = [steps.note] if steps.note else []
+    if not comparable:
+        notes.append(
+            f"the windows cover {len(a.steps)} and {len(b.steps)} steps: compare the per-step times, "
+            "not the wall"
+        )
+    for side, which in ((a, "before"), (b, "after")):
+        if side.cpu_only:
+            notes.append(f"{which} is a CPU-only run: it has no device figures (shown as absent)")
+        if side.ops is None:
+            notes.append(
+                f"{which} has no top tables (an analysis from an older stallscope): ops not compared"
+            )
+    return tuple(notes)
 
 
 def _pick(whatif: Mapping[str, tuple[float, float]], name: str, i: int) -> float | None:

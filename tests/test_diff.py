@@ -351,3 +351,24 @@ def test_bad_input_is_one_line_and_exit_2(
 def test_the_diff_schema_is_documented() -> None:
     text = (REPO / "docs" / "output.md").read_text()
     assert "stallscope.diff/1" in text and "stallscope diff" in (REPO / "README.md").read_text()
+
+
+def test_cut_or_missing_top_tables_are_unknown_not_zero(tmp_path: Path) -> None:
+    # GIVEN two analyses whose before lists only its top op (as a saved analysis lists 20)
+    before = analysis_doc(write(loop("before", item=True), tmp_path))
+    after = analysis_doc(write(loop("after"), tmp_path))
+    top = before["tops"]["ops"][0]
+    before["tops"]["ops"] = [top]
+    # WHEN compared
+    d = compare(side_of(before, "before", tops_cut=True), side_of(after, "after", tops_cut=False))
+    # THEN an op below before's list entered it (before unknown), the listed one changed or stayed
+    rows = {r.name: r for r in d.ops}
+    entered = [r for r in d.ops if r.status.value == "entered"]
+    assert entered and all(r.time_us.before is None and r.count.before is None for r in entered)
+    assert all(r.time_us.after is not None for r in entered)
+    assert top["name"] not in rows or rows[top["name"]].time_us.before == top["self_us"]
+    # WHEN a side has no top tables at all (an older stallscope) THEN no op rows, and a note says why
+    del before["tops"]
+    d = compare(side_of(before, "before"), side_of(after, "after"))
+    assert d.ops == () and d.kernels == ()
+    assert "before has no top tables (an analysis from an older stallscope): ops not compared" in d.notes
