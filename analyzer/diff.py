@@ -13,8 +13,9 @@ Pairing rules:
   own steps.
 - **wall** is the window. When both sides have steps but not as many, their windows cover different
   amounts of work: the wall is shown but not gated, the per-step median is.
-- **device** figures (utilization, busy, idle) do not exist on a CPU-only side (no kernel, copy or memset):
-  they are ``None`` there, and so is their change, never 0 or 100%.
+- **device** figures (utilization, busy, idle, host time blocked in syncs, the what-if scenarios that
+  re-time device work or syncs) do not exist on a CPU-only side (no kernel, copy or memset): they are
+  ``None`` there, and so is their change, never 0 or 100%.
 - **ops / kernels** are matched by name; **syncs** by call site (``file:line in function``, else the op,
   else the runtime call) and kind; **findings** by rule and call site. The step spans among the ops
   (``ProfilerStep#N``: each run numbers its own) are one row, ``ProfilerStep#*``. A row present on one side only is
@@ -95,7 +96,7 @@ class Side:
     utilization: float | None  # None on a CPU-only side
     device_busy_us: float | None
     device_idle_us: float | None
-    host_sync_wait_us: float
+    host_sync_wait_us: float | None  # None on a CPU-only side: nothing to wait for
     sync_count: int
     avoidable_sync_count: int
     steps: tuple[tuple[str, float], ...]  # (name, wall µs) in order
@@ -219,7 +220,7 @@ def _side(doc: Doc, label: str, tops_cut: bool) -> Side:
         utilization=None if cpu else _num(s["device_utilization"], "summary.device_utilization"),
         device_busy_us=None if cpu else _num(s["device_busy_us"], "summary.device_busy_us"),
         device_idle_us=None if cpu else _num(s["device_idle_us"], "summary.device_idle_us"),
-        host_sync_wait_us=_num(s["host_sync_wait_us"], "summary.host_sync_wait_us"),
+        host_sync_wait_us=None if cpu else _num(s["host_sync_wait_us"], "summary.host_sync_wait_us"),
         sync_count=int(s.get("sync_count") or 0),
         avoidable_sync_count=int(s.get("avoidable_sync_count") or 0),
         steps=tuple((str(st["name"]), _num(st["dur_us"], "steps[].dur_us")) for st in doc["steps"]),
@@ -230,11 +231,14 @@ def _side(doc: Doc, label: str, tops_cut: bool) -> Side:
         whatif={
             str(w["scenario"]): (_num(w["predicted_wall_us"], "whatif"), _num(w["saving_us"], "whatif"))
             for w in doc["whatif"]
+            if not cpu or w["scenario"] in _HOST_SCENARIOS
         },
         findings=_findings(doc["findings"]),
     )
 
 
+#: the what-if scenarios that mean something without a device (the others re-time device work or syncs)
+_HOST_SCENARIOS = frozenset({"host_2x", "input_overlapped"})
 _STEP_NAME = re.compile(r"ProfilerStep#\d+")
 
 
@@ -320,9 +324,11 @@ def _notes(a: Side, b: Side, steps: StepsDiff, comparable: bool) -> tuple[str, .
             f"the windows cover {len(a.steps)} and {len(b.steps)} steps: compare the per-step times, "
             "not the wall"
         )
+    cpu = [which for side, which in ((a, "before"), (b, "after")) if side.cpu_only]
+    if cpu:
+        runs = "both runs are CPU-only runs" if len(cpu) == 2 else f"{cpu[0]} is a CPU-only run"
+        notes.append(f"{runs}: no device, sync-wait or device what-if figures (shown as absent, not 0)")
     for side, which in ((a, "before"), (b, "after")):
-        if side.cpu_only:
-            notes.append(f"{which} is a CPU-only run: it has no device figures (shown as absent)")
         if side.ops is None:
             notes.append(
                 f"{which} has no top tables (an analysis from an older stallscope): ops not compared"

@@ -21,8 +21,12 @@ def render_diff(d: Diff, rows: int = _ROWS) -> str:
     lines.extend(_verdict(d))
     lines.extend(_steps(d))
     lines.extend(_device(d))
-    lines.append(f"  host sync blocked {_pair(d.host_sync_wait_us)}")
-    lines.append(f"            syncs {_count(d.sync_count)}, avoidable {_count(d.avoidable_sync_count)}")
+    counts = f"syncs {_count(d.sync_count)}, avoidable {_count(d.avoidable_sync_count)}"
+    if d.verdict[0].cpu_only and d.verdict[1].cpu_only:  # nothing to wait for on either side
+        lines.append(f"  syncs     {counts.removeprefix('syncs ')}")
+    else:
+        lines.append(f"  host sync blocked {_pair(d.host_sync_wait_us)}")
+        lines.append(f"            {counts}")
     lines.extend(_table("syncs", "by call site (count, host wait + device idle charged)", d.syncs, rows))
     lines.extend(_table("top ops", "changed most (self time)", d.ops, rows))
     lines.extend(_table("kernels", "changed most (device time)", d.kernels, rows))

@@ -172,14 +172,17 @@ def test_a_cpu_only_side_has_no_device_figures(tmp_path: Path, capsys: pytest.Ca
     # WHEN diffed
     d = diff_doc(cpu, gpu, tmp_path)
     # THEN the CPU side's device figures are absent (not 0 or 100%), and so are their changes
-    for key in ("device_utilization", "device_busy_us", "device_idle_us"):
+    for key in ("device_utilization", "device_busy_us", "device_idle_us", "host_sync_wait_us"):
         assert d[key]["before"] is None and d[key]["change"] is None and d[key]["rel"] is None
     assert d["device_utilization"]["after"] == pytest.approx(
         analysis_doc(gpu)["summary"]["device_utilization"]
     )
     assert d["verdict"]["before"] == {"bottleneck": None, "evidence": "", "cpu_only": True}
     assert d["verdict"]["changed"] is True
-    assert any("before is a CPU-only run" in n for n in d["notes"])
+    assert "before is a CPU-only run: no device, sync-wait or device what-if figures" in d["notes"][0]
+    whatif = {w["scenario"]: w["saving_us"] for w in d["whatif"]}
+    assert whatif["device_2x"]["before"] is None and whatif["device_2x"]["after"] > 0
+    assert whatif["host_2x"]["before"] > 0  # a faster host is a CPU-only run's own question
     # ... the terminal says n/a, never 100% idle
     assert main(["diff", cpu, gpu, "--no-cache"]) == 0
     out = capsys.readouterr().out
