@@ -99,6 +99,7 @@ class Side:
     host_sync_wait_us: float | None  # None on a CPU-only side: nothing to wait for
     sync_count: int
     avoidable_sync_count: int
+    would_sync_count: int | None  # CPU-only: the calls that would block on a GPU (None on a GPU side)
     steps: tuple[tuple[str, float], ...]  # (name, wall µs) in order
     ops: Mapping[str, Tally] | None  # None: the document has no top tables (an older stallscope)
     kernels: Mapping[str, Tally] | None
@@ -165,6 +166,7 @@ class Diff:
     host_sync_wait_us: Delta
     sync_count: Delta
     avoidable_sync_count: Delta
+    would_sync_count: Delta
     ops: tuple[RowDelta, ...]
     kernels: tuple[RowDelta, ...]
     syncs: tuple[RowDelta, ...]
@@ -223,6 +225,7 @@ def _side(doc: Doc, label: str, tops_cut: bool) -> Side:
         host_sync_wait_us=None if cpu else _num(s["host_sync_wait_us"], "summary.host_sync_wait_us"),
         sync_count=int(s.get("sync_count") or 0),
         avoidable_sync_count=int(s.get("avoidable_sync_count") or 0),
+        would_sync_count=_would_syncs(doc["findings"]) if cpu else None,
         steps=tuple((str(st["name"]), _num(st["dur_us"], "steps[].dur_us")) for st in doc["steps"]),
         ops=_tally(tops["ops"], "self_us") if isinstance(tops, dict) else None,
         kernels=_tally(tops["kernels"], "total_us") if isinstance(tops, dict) else None,
@@ -265,6 +268,11 @@ def _sync_sites(syncs: Iterable[Doc]) -> dict[tuple[str, str], Tally]:
     return out
 
 
+def _would_syncs(findings: Iterable[Doc]) -> int:
+    """A CPU-only run's would-be syncs (as ``check`` counts them): the ``would_sync_*`` findings' calls."""
+    return sum(int(f.get("count") or 0) for f in findings if str(f["rule"]).startswith("would_sync"))
+
+
 def _findings(findings: Iterable[Doc]) -> dict[tuple[str, str], Tally]:
     out: dict[tuple[str, str], Tally] = {}
     for f in findings:
@@ -300,6 +308,7 @@ def compare(a: Side, b: Side, rows: int = ROWS) -> Diff:
         host_sync_wait_us=Delta(a.host_sync_wait_us, b.host_sync_wait_us),
         sync_count=Delta(a.sync_count, b.sync_count),
         avoidable_sync_count=Delta(a.avoidable_sync_count, b.avoidable_sync_count),
+        would_sync_count=Delta(a.would_sync_count, b.would_sync_count),
         ops=_rows(a.ops, b.ops, a.tops_cut, b.tops_cut, rows),
         kernels=_rows(a.kernels, b.kernels, a.tops_cut, b.tops_cut, rows),
         syncs=_rows(a.syncs, b.syncs, False, False, rows, lambda key: key[0]),
@@ -500,6 +509,7 @@ def diff_json(d: Diff) -> Doc:
         "host_sync_wait_us": _delta(d.host_sync_wait_us),
         "sync_count": _delta(d.sync_count),
         "avoidable_sync_count": _delta(d.avoidable_sync_count),
+        "would_sync_count": _delta(d.would_sync_count),
         "ops": [_row(r) for r in d.ops],
         "kernels": [_row(r) for r in d.kernels],
         "syncs": [_row(r) for r in d.syncs],

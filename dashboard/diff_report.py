@@ -27,6 +27,7 @@ _HEADLINE = (  # (diff key, label, format, which way is better: -1 lower, +1 hig
     ("host_sync_wait_us", "host blocked in syncs", "ms", -1),
     ("sync_count", "syncs", "n", -1),
     ("avoidable_sync_count", "avoidable syncs", "n", -1),
+    ("would_sync_count", "would-be syncs (CPU-only)", "n", -1),
 )
 _TABLES = (  # (diff key, title, what the time column is)
     ("syncs", "Syncs by call site", "host wait + device idle charged"),
@@ -48,7 +49,11 @@ def render(doc: Doc) -> str:
     steps = doc["steps"]
     context = {
         "doc": doc,
-        "headline": [_cells(label, doc[key], how, better) for key, label, how, better in _HEADLINE],
+        "headline": [
+            _cells(label, doc[key], how, better)
+            for key, label, how, better in _HEADLINE
+            if key != "would_sync_count" or _present(doc[key])  # only for CPU-only runs
+        ],
         "verdict": {side: _verdict(doc["verdict"][side]) for side in ("before", "after")},
         "verdict_changed": doc["verdict"]["changed"],
         "steps": {
@@ -74,6 +79,10 @@ def render(doc: Doc) -> str:
         "colors": {"text": palette.TEXT, "muted": palette.MUTED, "grid": palette.GRID},
     }
     return _environment().get_template("diff.html.j2").render(context)
+
+
+def _present(delta: Doc) -> bool:
+    return delta["before"] is not None or delta["after"] is not None
 
 
 def _one(value: Any, how: str) -> str:

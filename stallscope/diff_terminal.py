@@ -22,6 +22,8 @@ def render_diff(d: Diff, rows: int = _ROWS) -> str:
     lines.extend(_steps(d))
     lines.extend(_device(d))
     counts = f"syncs {_count(d.sync_count)}, avoidable {_count(d.avoidable_sync_count)}"
+    if d.would_sync_count.before is not None or d.would_sync_count.after is not None:
+        counts += f"; would-be syncs (CPU-only) {_count(d.would_sync_count)}"
     if d.verdict[0].cpu_only and d.verdict[1].cpu_only:  # nothing to wait for on either side
         lines.append(f"  syncs     {counts.removeprefix('syncs ')}")
     else:

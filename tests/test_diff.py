@@ -187,9 +187,26 @@ def test_a_cpu_only_side_has_no_device_figures(tmp_path: Path, capsys: pytest.Ca
     assert main(["diff", cpu, gpu, "--no-cache"]) == 0
     out = capsys.readouterr().out
     assert "utilization n/a -> " in out and "idle n/a -> " in out
+    assert d["would_sync_count"]["before"] == 0 and d["would_sync_count"]["after"] is None
     # WHEN both are CPU-only THEN no device line pretends otherwise
     assert main(["diff", cpu, cpu, "--no-cache"]) == 0
     assert "device    none on either side (CPU-only profiles)" in capsys.readouterr().out
+
+
+def test_cpu_only_bundles_compare_their_would_be_syncs(tmp_path: Path) -> None:
+    # GIVEN two CPU-only recordings: a loop logging loss.item() every step, and a clean loop
+    examples = REPO / "sample_traces" / "examples"
+    d = diff_doc(str(examples / "item_logging"), str(examples / "clean_pipeline"), tmp_path)
+    # THEN the 3 would-be syncs in the steps are gone, with their finding, and nothing claims a device
+    assert (d["would_sync_count"]["before"], d["would_sync_count"]["after"]) == (3, 0)
+    (finding,) = [r for r in d["findings"] if r["name"].startswith("examples/item_logging.py:18")]
+    assert finding["status"] == "gone" and finding["count"]["before"] == 3
+    assert d["device_idle_us"] == {"before": None, "after": None, "change": None, "rel": None}
+    assert [w["scenario"] for w in d["whatif"]] == ["host_2x", "input_overlapped"]
+    assert d["verdict"]["changed"] is False
+    page = tmp_path / "cpu.html"
+    assert main(["diff", d["before"], d["after"], "--report", str(page), "-q"]) == 0
+    assert "would-be syncs (CPU-only)" in page.read_text()
 
 
 def test_the_html_report_escapes_trace_names(tmp_path: Path) -> None:
@@ -232,6 +249,7 @@ def test_the_html_page_marks_each_change_better_or_worse(tmp_path: Path) -> None
     assert cells["device utilization"][0] == "better"
     assert cells["avoidable syncs"] == ("better", "-4 (-100%)")
     assert cells["profiled steps"] == ("", "no change")
+    assert "would-be syncs (CPU-only)" not in cells  # a GPU run has none to count
 
 
 def test_a_run_against_itself_changes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
