@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -393,3 +396,22 @@ def test_cut_or_missing_top_tables_are_unknown_not_zero(tmp_path: Path) -> None:
     d = compare(side_of(before, "before"), side_of(after, "after"))
     assert d.ops == () and d.kernels == ()
     assert "before has no top tables (an analysis from an older stallscope): ops not compared" in d.notes
+
+
+def test_as_a_subprocess_piped_output_is_plain_text_and_check_exits_1(tmp_path: Path) -> None:
+    # GIVEN the slow and fast loops WHEN run as commands whose stdout is a pipe
+    fast, slow = write(loop("fast"), tmp_path), write(loop("slow", item=True), tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "stallscope", *args]
+        return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, check=False)
+
+    diff = cli("diff", fast, slow)
+    # THEN diff prints plain text (no colour codes) and exits 0; check fails the regression with 1
+    assert diff.returncode == 0 and diff.stdout.startswith(f"stallscope diff: before {fast}\n")
+    assert "\x1b" not in diff.stdout + diff.stderr
+    check = cli("check", slow, "--baseline", fast, "--max-regression", "5")
+    assert check.returncode == 1 and "FAIL wall" in check.stdout and check.stderr == ""
+    bad = cli("diff", fast, str(tmp_path / "nope.json"))
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "nope.json" in bad.stderr
