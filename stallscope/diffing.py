@@ -47,18 +47,20 @@ def load_doc(
     its 20 top rows; a trace analysed now lists every op and kernel when ``full_tops``, so a name absent
     there is absent). Bad input is a ``StallscopeError`` (one line naming the file)."""
     if is_saved_analysis(path):
-        doc = _read_saved(path, max_inflated_mb)
-        source = doc.get("source")
-        saved_rank = source.get("rank") if isinstance(source, dict) else None
-        if rank is not None and saved_rank != rank:
-            raise UsageError(f"--rank {rank}: {path} is a saved analysis of rank {saved_rank}")
-        return doc, True
+        return _saved(_read_saved(path, max_inflated_mb), path, rank), True
     from analyzer import cache
     from analyzer.output import to_json
     from analyzer.tops import top_tables
     from stallscope.analysing import load_and_analyse
 
-    a = load_and_analyse(path, rank, use_cache, progress, time_limit_s, max_inflated_mb)
+    try:
+        a = load_and_analyse(path, rank, use_cache, progress, time_limit_s, max_inflated_mb)
+    except TraceError:
+        # not a trace: perhaps an analysis whose keys were reordered (the dashboard's API sorts them)
+        doc = _saved_anywhere(path, max_inflated_mb)
+        if doc is None:
+            raise
+        return _saved(doc, path, rank), True
     cache.wait()
     doc = to_json(replace(a, critical=None))  # a diff reads no path segments; listing them is slow
     if not full_tops:
@@ -78,6 +80,23 @@ def load_side(
 ) -> Side:
     doc, cut = load_doc(path, rank, use_cache, progress, time_limit_s, max_inflated_mb)
     return side_of(doc, path, tops_cut=cut)
+
+
+def _saved(doc: Doc, path: str, rank: int | None) -> Doc:
+    source = doc.get("source")
+    saved_rank = source.get("rank") if isinstance(source, dict) else None
+    if rank is not None and saved_rank != rank:
+        raise UsageError(f"--rank {rank}: {path} is a saved analysis of rank {saved_rank}")
+    return doc
+
+
+def _saved_anywhere(path: str, max_inflated_mb: float) -> Doc | None:
+    """``path`` as a stallscope analysis whatever its key order, or None when it is not one."""
+    try:
+        doc = _read_saved(path, max_inflated_mb)
+    except TraceError:
+        return None
+    return doc if str(doc.get("schema", "")).startswith("stallscope.") else None
 
 
 def _read_saved(path: str, max_inflated_mb: float) -> Doc:

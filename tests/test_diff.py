@@ -146,6 +146,10 @@ def test_saved_analyses_compare_like_the_traces(tmp_path: Path) -> None:
     assert from_saved["before"] == saved[0]
     # ... and a saved analysis mixes with a trace
     assert diff_doc(saved[0], after, tmp_path)["syncs"] == from_traces["syncs"]
+    # ... also when its keys were sorted (as the dashboard's API serves it)
+    resorted = tmp_path / "sorted.json"
+    resorted.write_text(json.dumps(json.loads(Path(saved[0]).read_text()), sort_keys=True))
+    assert diff_doc(str(resorted), after, tmp_path)["wall_us"] == from_traces["wall_us"]
 
 
 def test_different_step_counts_pair_by_index_and_say_so(tmp_path: Path) -> None:
