@@ -335,7 +335,7 @@ def _notes(a: Side, b: Side, steps: StepsDiff, comparable: bool) -> tuple[str, .
         )
     cpu = [which for side, which in ((a, "before"), (b, "after")) if side.cpu_only]
     if cpu:
-        runs = "both runs are CPU-only runs" if len(cpu) == 2 else f"{cpu[0]} is a CPU-only run"
+        runs = "both runs are CPU-only" if len(cpu) == 2 else f"{cpu[0]} is a CPU-only run"
         notes.append(f"{runs}: no device, sync-wait or device what-if figures (shown as absent, not 0)")
     for side, which in ((a, "before"), (b, "after")):
         if side.ops is None:

@@ -14,6 +14,7 @@ ABSENT = "n/a"
 
 
 def render_diff(d: Diff, rows: int = _ROWS) -> str:
+    """The comparison in about 30 lines; ``rows`` changed rows per table (every one is in --json)."""
     lines = [f"stallscope diff: before {d.before}", f"                 after  {d.after}"]
     lines.append(
         f"  wall      {_pair(d.wall_us)}" + ("" if d.wall_comparable else "  (not comparable, see note)")
@@ -21,14 +22,7 @@ def render_diff(d: Diff, rows: int = _ROWS) -> str:
     lines.extend(_verdict(d))
     lines.extend(_steps(d))
     lines.extend(_device(d))
-    counts = f"syncs {_count(d.sync_count)}, avoidable {_count(d.avoidable_sync_count)}"
-    if d.would_sync_count.before is not None or d.would_sync_count.after is not None:
-        counts += f"; would-be syncs (CPU-only) {_count(d.would_sync_count)}"
-    if d.verdict[0].cpu_only and d.verdict[1].cpu_only:  # nothing to wait for on either side
-        lines.append(f"  syncs     {counts.removeprefix('syncs ')}")
-    else:
-        lines.append(f"  host sync blocked {_pair(d.host_sync_wait_us)}")
-        lines.append(f"            {counts}")
+    lines.extend(_sync_counts(d))
     lines.extend(_table("syncs", "by call site (count, host wait + device idle charged)", d.syncs, rows))
     lines.extend(_table("top ops", "changed most (self time)", d.ops, rows))
     lines.extend(_table("kernels", "changed most (device time)", d.kernels, rows))
@@ -36,6 +30,16 @@ def render_diff(d: Diff, rows: int = _ROWS) -> str:
     lines.extend(_whatif(d))
     lines.extend(f"  note      {n}" for n in d.notes)
     return "\n".join(lines)
+
+
+def _sync_counts(d: Diff) -> list[str]:
+    """Host time blocked in syncs and the sync counts; a CPU-only run's would-be syncs."""
+    counts = f"syncs {_count(d.sync_count)}, avoidable {_count(d.avoidable_sync_count)}"
+    if d.would_sync_count.before is not None or d.would_sync_count.after is not None:
+        counts += f"; would-be syncs (CPU-only) {_count(d.would_sync_count)}"
+    if d.verdict[0].cpu_only and d.verdict[1].cpu_only:  # nothing to wait for on either side
+        return [f"  syncs     {counts.removeprefix('syncs ')}"]
+    return [f"  host sync blocked {_pair(d.host_sync_wait_us)}", f"            {counts}"]
 
 
 def signed_ms(us: float) -> str:
