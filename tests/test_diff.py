@@ -152,7 +152,9 @@ def test_saved_analyses_compare_like_the_traces(tmp_path: Path) -> None:
     assert diff_doc(str(resorted), after, tmp_path)["wall_us"] == from_traces["wall_us"]
 
 
-def test_different_step_counts_pair_by_index_and_say_so(tmp_path: Path) -> None:
+def test_different_step_counts_pair_by_index_and_say_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     # GIVEN 4 profiled steps before and 6 after
     before_sc, after_sc = loop("four"), loop("six", steps=6)
     before, after = write(before_sc, tmp_path), write(after_sc, tmp_path)
@@ -171,6 +173,10 @@ def test_different_step_counts_pair_by_index_and_say_so(tmp_path: Path) -> None:
     wall, median = gate(compare(old, new), max_regression_pct=1.0)
     assert not wall.applied and wall.note == "the windows hold 4 and 6 steps"
     assert median.applied
+    assert main(["check", after, "--baseline", before, "--max-regression", "1000", "--no-cache"]) == 0
+    out = capsys.readouterr().out
+    assert "skip wall: the windows hold 4 and 6 steps (limit +1000% not applied)" in out
+    assert "ok   step median" in out
 
 
 def test_a_cpu_only_side_has_no_device_figures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
