@@ -1,8 +1,10 @@
 """The human summary of ``stallscope diff A B``: what changed from before (A) to after (B), as plain text
-(no colour codes, as ``stallscope.terminal``), most telling first: wall, verdict, steps, device, syncs,
+(no colour codes, as ``stallscope.terminal``; control characters in trace names escaped), most telling first: wall, verdict, steps, device, syncs,
 the ops and kernels that changed most, findings, and the what-if side by side."""
 
 from __future__ import annotations
+
+import re
 
 from analyzer.critical import VERDICT
 from analyzer.diff import Delta, Diff, Gate, RowDelta, Status, VerdictSide
@@ -11,6 +13,8 @@ from stallscope.terminal import ms
 _MAX_STEP_ROWS = 4
 _ROWS = 5
 ABSENT = "n/a"
+#: control characters in trace text (an op named with a colour code or a newline) are shown escaped
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def render_diff(d: Diff, rows: int = _ROWS) -> str:
@@ -29,7 +33,11 @@ def render_diff(d: Diff, rows: int = _ROWS) -> str:
     lines.extend(_table("findings", "changed most (cost)", d.findings, rows))
     lines.extend(_whatif(d))
     lines.extend(f"  note      {n}" for n in d.notes)
-    return "\n".join(lines)
+    return "\n".join(_CONTROL.sub(_escape, line) for line in lines)
+
+
+def _escape(m: re.Match[str]) -> str:
+    return f"\\x{ord(m.group()):02x}"
 
 
 def _sync_counts(d: Diff) -> list[str]:

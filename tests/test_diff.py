@@ -129,6 +129,19 @@ def test_the_terminal_summary_says_what_went_and_has_no_colour_codes(
     assert "\x1b" not in out
 
 
+def test_control_characters_in_trace_names_are_escaped_in_the_terminal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN an op named with a colour code and a newline WHEN diffed
+    before = write(loop("before"), tmp_path)
+    after = write(loop("after", op="aten::\x1b[31mred\nline"), tmp_path)
+    assert main(["diff", before, after, "--no-cache"]) == 0
+    out = capsys.readouterr().out
+    # THEN the name is on its row, escaped, and the terminal receives no escape sequence
+    assert "\x1b" not in out
+    assert any(line.endswith("aten::\\x1b[31mred\\x0aline") for line in out.splitlines())
+
+
 def test_saved_analyses_compare_like_the_traces(tmp_path: Path) -> None:
     # GIVEN the pair, and each analysis saved by analyze --json
     before, after = write(loop("before", item=True), tmp_path), write(loop("after"), tmp_path)
