@@ -15,12 +15,14 @@ Pairing rules:
   amounts of work: the wall is shown but not gated, the per-step median is.
 - **device** figures (utilization, busy, idle, host time blocked in syncs, the what-if scenarios that
   re-time device work or syncs) do not exist on a CPU-only side (no kernel, copy or memset): they are
-  ``None`` there, and so is their change, never 0 or 100%.
+  ``None`` there, and so is their change, never 0 or 100%. A CPU-only side counts its would-be syncs
+  instead (as ``check`` does).
 - **ops / kernels** are matched by name; **syncs** by call site (``file:line in function``, else the op,
   else the runtime call) and kind; **findings** by rule and call site. The step spans among the ops
-  (``ProfilerStep#N``: each run numbers its own) are one row, ``ProfilerStep#*``. A row present on one side only is
-  ``new`` or ``gone``; when a side's top table was cut at its top rows (a saved analysis lists 20), a name
-  missing there is ``entered`` / ``left`` (below that side's list), not ``new`` / ``gone``.
+  (``ProfilerStep#N``: each run numbers its own) are one row, ``ProfilerStep#*``. A row present on one
+  side only is ``new`` or ``gone``; when a side's top table was cut at its top rows (a saved analysis
+  lists 20), a name missing there is ``entered`` / ``left`` (below that side's list), not ``new`` /
+  ``gone``.
 """
 
 from __future__ import annotations
