@@ -9,12 +9,15 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import stallscope.dashboard_cmd as dashboard_cmd
 from analyzer.errors import StallscopeError, UsageError
 from stallscope import __version__, diff_cmd, profile_cmd, report_cmd
 from stallscope.watchdog import add_input_limits
+
+if TYPE_CHECKING:
+    from analyzer.diff import Side
 
 
 @dataclass(frozen=True)
@@ -183,9 +186,10 @@ def _run_check(args: argparse.Namespace) -> int:
     limits = (args.time_limit, args.max_inflated_mb)
     # the gate compares walls and steps only: the new run's top tables need not be complete
     doc, cut = load_doc(args.trace, args.rank, not args.no_cache, None, *limits, full_tops=False)
+    new = side_of(doc, args.trace, tops_cut=cut)  # checks a saved analysis is complete
     failed = 0
     lines = []
-    for name, value, limit, fmt in _check_measures(doc, args):
+    for name, value, limit, fmt in _check_measures(new, args):
         if limit is None:
             continue
         if value is None:
@@ -195,7 +199,6 @@ def _run_check(args: argparse.Namespace) -> int:
         failed += not ok
         lines.append(f"{'ok  ' if ok else 'FAIL'} {name} {fmt.format(value)} (limit {fmt.format(limit)})")
     if args.baseline is not None:
-        new = side_of(doc, args.trace, tops_cut=cut)
         old = load_side(args.baseline, args.rank, not args.no_cache, None, *limits)
         gates = gate(compare(old, new), args.max_regression)
         failed += sum(g.regressed for g in gates)
@@ -205,25 +208,22 @@ def _run_check(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _check_measures(
-    doc: dict[str, Any], args: argparse.Namespace
-) -> list[tuple[str, float | None, Any, str]]:
+def _check_measures(new: Side, args: argparse.Namespace) -> list[tuple[str, float | None, Any, str]]:
     """(name, value or None when it does not apply, limit, format) for each limit of ``check``, from the
-    analysis document. On a CPU-only run the device limits do not apply, and the avoidable syncs are the
-    would-be syncs: the sync-prone calls in the loop whose tensors would be on the accelerator."""
-    s = doc["summary"]
-    wall = s["wall_us"] or 1.0
-    if not doc["devices"]:
-        would = sum(f["count"] for f in doc["findings"] if str(f["rule"]).startswith("would_sync"))
+    figures a diff reads of the run (``analyzer.diff.Side``). On a CPU-only run the device limits do not
+    apply, and the avoidable syncs are the would-be syncs: the sync-prone calls in the loop whose tensors
+    would be on the accelerator."""
+    wall = new.wall_us or 1.0
+    if new.cpu_only:
         return [
             ("device idle", None, args.max_idle_frac, "{:.1%}"),
-            ("would-be syncs", float(would), args.max_avoidable_syncs, "{:.0f}"),
+            ("would-be syncs", float(new.would_sync_count or 0), args.max_avoidable_syncs, "{:.0f}"),
             ("host sync wait", None, args.max_sync_wait_frac, "{:.1%}"),
         ]
     return [
-        ("device idle", s["device_idle_us"] / wall, args.max_idle_frac, "{:.1%}"),
-        ("avoidable syncs", float(s["avoidable_sync_count"] or 0), args.max_avoidable_syncs, "{:.0f}"),
-        ("host sync wait", s["host_sync_wait_us"] / wall, args.max_sync_wait_frac, "{:.1%}"),
+        ("device idle", (new.device_idle_us or 0.0) / wall, args.max_idle_frac, "{:.1%}"),
+        ("avoidable syncs", float(new.avoidable_sync_count), args.max_avoidable_syncs, "{:.0f}"),
+        ("host sync wait", (new.host_sync_wait_us or 0.0) / wall, args.max_sync_wait_frac, "{:.1%}"),
     ]
 
 

@@ -355,6 +355,22 @@ def test_check_baseline_reads_a_saved_analysis(tmp_path: Path, capsys: pytest.Ca
     # WHEN checked against it THEN the same regression is found
     assert main(["check", slow, "--baseline", str(saved), "--max-regression", "5", "--no-cache"]) == 1
     assert "FAIL wall 15.82 ms against baseline 14.56 ms" in capsys.readouterr().out
+    # ... and a saved new run is checked like its trace, limits included
+    new = tmp_path / "new.json"
+    assert main(["analyze", slow, "--json", str(new), "-q", "--no-cache"]) == 0
+    argv = [
+        "check",
+        str(new),
+        "--baseline",
+        str(saved),
+        "--max-regression",
+        "5",
+        "--max-avoidable-syncs",
+        "3",
+    ]
+    assert main(argv) == 1
+    out = capsys.readouterr().out
+    assert "FAIL avoidable syncs 4 (limit 3)" in out and "FAIL wall 15.82 ms against baseline 14.56 ms" in out
 
 
 @pytest.mark.parametrize(
@@ -370,6 +386,7 @@ def test_check_baseline_reads_a_saved_analysis(tmp_path: Path, capsys: pytest.Ca
         (["diff", "{partial}", "{fast}"], "not a complete stallscope analysis ('summary' missing)"),
         (["diff", "{fast}", "{slow}", "--report", "{tmp}/no/such/folder/x.html"], "does not exist"),
         (["diff", "{saved}", "{fast}", "--rank", "3"], "is a saved analysis of rank 0"),
+        (["check", "{partial}", "--max-idle-frac", "0.5"], "not a complete stallscope analysis"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(
