@@ -21,8 +21,9 @@ slowed), the price of telling a would-be sync from a host-side read.
 from __future__ import annotations
 
 import contextlib
-import threading
 from typing import Any
+
+from collector.modes import ThreadMode
 
 MARK = "_stallscope_device_bound"
 _MOVES = ("to", "cuda")
@@ -100,23 +101,13 @@ class OriginTracker:
                     _mark(out)
                 return out
 
-        self._mode: Any = _Origin()
-        self._thread = threading.get_ident()
-        self._installed = False
+        self._slot = ThreadMode(_Origin())
 
     def install(self) -> None:
-        self._mode.__enter__()
-        self._installed = True
+        self._slot.install()
 
     def remove(self) -> None:
-        if not self._installed or threading.get_ident() != self._thread:
-            return
-        import torch
-
-        depth = torch._C._len_torch_function_stack()
-        if depth and torch._C._get_function_stack_at(depth - 1) is self._mode:
-            self._mode.__exit__(None, None, None)
-            self._installed = False
+        self._slot.remove()
 
 
 _LOADER_ARGS = ("batch_size", "num_workers", "pin_memory", "prefetch_factor", "persistent_workers")

@@ -54,6 +54,7 @@ from types import CodeType, FrameType
 from typing import Any
 
 from collector.clock import TRACE_BASE_NS
+from collector.modes import ThreadMode
 
 _LIB, _USER, _OURS = 0, 1, 2
 _OUR_PACKAGES = ("collector", "analyzer", "stallscope", "dashboard")
@@ -309,8 +310,8 @@ class SyncSiteRecorder:
                 self._patch_calls()
                 mode: Any = True
             else:
-                mode = _mode_class()(self)
-                mode.__enter__()
+                mode = ThreadMode(_mode_class()(self))
+                mode.install()
         except BaseException:
             self._unpatch()
             raise
@@ -320,8 +321,8 @@ class SyncSiteRecorder:
     def __exit__(self, *exc: object) -> None:
         mode, self._mode = self._mode, None
         try:
-            if mode is not None and mode is not True:
-                mode.__exit__(None, None, None)
+            if isinstance(mode, ThreadMode):
+                mode.remove()
         finally:
             self._unpatch()
 

@@ -19,6 +19,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from collector.modes import ThreadMode
+
 DEFAULT_MAX_EVENTS = 500_000  # about 10 MB of gzip trace; torch writes it in tens of seconds on one core
 
 
@@ -71,25 +73,15 @@ class FirstOpTrigger:
                 return func(*args, **(kwargs or {}))
 
         self.fired = False
-        self._mode: Any = _FirstOp()
-        self._thread = threading.get_ident()
-        self._installed = False
+        self._slot = ThreadMode(_FirstOp())
 
     def install(self) -> None:
-        self._mode.__enter__()
-        self._installed = True
+        self._slot.install()
 
     def remove(self) -> None:
         """Take the mode off this thread's stack when it is on top (another mode above it stays, and ours
         with it, as a pass-through)."""
-        if not self._installed or threading.get_ident() != self._thread:
-            return
-        import torch
-
-        depth = torch._C._len_torch_function_stack()
-        if depth and torch._C._get_function_stack_at(depth - 1) is self._mode:
-            self._mode.__exit__(None, None, None)
-            self._installed = False
+        self._slot.remove()
 
 
 class Heartbeat:
