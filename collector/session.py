@@ -27,6 +27,10 @@ How the window is chosen (``ProfileOptions``):
 - **duration** (``--duration S``): everything from the first torch call until S seconds after the start (steps still labelled), then
   the profiler stops at the next step or when a SIGALRM timer fires in the main thread.
 
+- **origin tracking** (CPU-only runs, ``collector.origin``): on from the start to the first step and, in
+  a scheduled window, for the one step before it (the sync sites learn which reads are would-be syncs);
+  off inside the window and after it, where its per-call cost would slow the steps being measured.
+
 The optional collaborators (``collector.sites.SyncSiteRecorder`` for exact sync call sites during the
 window, ``collector.steptiming.StepTimer`` for every step of the run) are used when importable.
 
@@ -124,6 +128,8 @@ class Session:
         self._awaiting_start = False  # the fallback was dropped; the scheduled profiler starts next step
         self._trigger: FirstOpTrigger | None = None  # opens the window at the first torch call
         self._origin: OriginTracker | None = None  # CPU-only runs: marks tensors a GPU run would hold
+        self._tracked_steps: frozenset[int] = frozenset()  # scheduled window: the steps origin is tracked in
+        self._thread = threading.get_ident()  # the thread that started the session (modes are per thread)
         self._loaders = DataLoaderWatch()
         self._forward = ForwardSteps(self._on_forward_step)
         self._forward_source = False  # steps come from root-module calls
@@ -154,6 +160,7 @@ class Session:
 
     def _begin(self, torch: Any) -> None:
         self._torch = torch
+        self._thread = threading.get_ident()
         self.cuda = bool(torch.cuda.is_available())
         if not self.cuda:
             self.notes.append("no CUDA device available: profiling the CPU only")
@@ -228,6 +235,7 @@ class Session:
                 prof.on_trace_ready = None
                 prof.stop()
             release(prof)
+        self._retrack()
 
     def step(self) -> None:
         """Mark the end of one iteration: step timing, and the profiler's schedule."""
@@ -362,6 +370,7 @@ class Session:
             self._in_step = False
         if self._alarm_fired or self._window_done:
             self._stop_profiler()
+        self._retrack()
 
     def _advance(self, inside_record_function: bool) -> None:
         if self.options.duration is not None:
@@ -418,6 +427,8 @@ class Session:
                 skip_first=o.skip, wait=0, warmup=o.warmup, active=self._active_steps, repeat=1
             )
         first = self._steps + 1  # the step starting now, numbered as the run counts (and stderr says)
+        recorded = first + o.skip + o.warmup  # the first recorded step
+        self._tracked_steps = frozenset({recorded - 1 if recorded > first else recorded})
         self._prof = self._profiler(schedule=lambda n: base(max(n - first, 0)))
         renumber(self._prof, first)
         self._prof.start()
@@ -515,14 +526,50 @@ class Session:
 
     # -- sync sites ------------------------------------------------------------------------------
 
-    def _enter_recorder(self) -> None:
+    def _enter_recorder(self, learning: bool = False) -> None:
+        """Record sync sites (or, ``learning``, only learn which sites read device-bound tensors: see
+        ``_retrack``); a recorder already learning starts recording."""
         if self._recorder is not None:
+            self._recorder.learning = learning
             return
         recorder_cls = _optional("collector.sites", "SyncSiteRecorder")
         if recorder_cls is not None:
             # ~0 cost on non-sync ops (a mode: +2-3 us per op)
             self._recorder = recorder_cls(strategy="patch", latent=not self.cuda)
+            self._recorder.learning = learning
+            self._recorder.tracked = self._origin is not None and self._origin.installed
             self._recorder.__enter__()
+
+    # -- origin tracking (CPU-only runs) ---------------------------------------------------------
+
+    def _wants_origin(self) -> bool:
+        """Origin tracking is on from the start to the first step (setup), in a window without steps
+        (whole run, duration), and in one step of a scheduled window: the step before its first recorded
+        step (the sync sites are learnt there, not logged), or that step itself when nothing precedes it."""
+        if self._aside or self._exported or self._stopped:
+            return False
+        if not self._scheduled:
+            return True
+        return self._steps + 1 in self._tracked_steps
+
+    def _retrack(self) -> None:
+        """At a step boundary, put origin tracking on or off (``_wants_origin``). It slows every torch call
+        made from Python (a mode), so inside a scheduled window it is off: a sync site's calls count as
+        device-bound when the learning step found them so (``collector.sites``). It goes back on only on
+        an empty mode stack (a mode pushed under a program's own would be popped by the program's exit)."""
+        origin = self._origin
+        if origin is None or threading.get_ident() != self._thread:
+            return
+        want = self._wants_origin()
+        if want and not origin.installed:
+            if self._torch._C._len_torch_function_stack() == 0:
+                origin.install()
+        elif not want and origin.installed:
+            origin.remove()
+        if origin.installed and self._scheduled and self._recorder is None:
+            self._enter_recorder(learning=True)  # the step before the window: learn the sites
+        if self._recorder is not None:
+            self._recorder.tracked = origin.installed
 
     def _exit_recorder(self, keep: bool) -> None:
         rec, self._recorder = self._recorder, None

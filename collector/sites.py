@@ -35,6 +35,11 @@ Decisions:
   of pushing a mode: the other torch calls then cost nothing extra (a TorchFunctionMode adds about 2-3 µs
   to *every* torch call, whatever its handler does), and every thread is covered; calls through aliases
   bound before entry (``from torch import nonzero``) are missed.
+- Learning (``patch`` strategy, CPU-only runs): while ``tracked`` (``collector.origin``'s tracking is
+  on) the sites whose tensor would be on the accelerator are kept; while ``learning`` too, calls are
+  only learnt from, not logged. A call logged while not tracked counts as on the device when its site
+  was known to be. So origin tracking, a mode that slows every torch call, can be on for the step
+  before the window and off inside it.
 - The mode is thread-local (torch keeps the mode stack per thread): tensor calls are recorded on the thread
   that entered the recorder; the CUDA synchronize wrappers are process-wide and record on any thread.
 - Calls made from inside another recorded call (torch's own Python code under ``Tensor.unique``, for
@@ -55,6 +60,7 @@ from typing import Any
 
 from collector.clock import TRACE_BASE_NS
 from collector.modes import ThreadMode
+from collector.origin import device_bound
 
 _LIB, _USER, _OURS = 0, 1, 2
 _OUR_PACKAGES = ("collector", "analyzer", "stallscope", "dashboard")
@@ -116,6 +122,11 @@ def _frame_filter() -> _FrameFilter:
 
 
 # --- which calls are sync-prone --------------------------------------------------------------------------
+
+
+def _on_accelerator(t: Any) -> bool:
+    """Whether ``t`` is a tensor off the host (a GPU run's test: the tensor's own device says it)."""
+    return getattr(t, "is_cpu", True) is False
 
 
 def _is_host(d: Any) -> bool:
@@ -296,6 +307,12 @@ class SyncSiteRecorder:
         self._wrap_synchronize = wrap_synchronize
         # CPU-only run: whether a call's tensor would be on the accelerator comes from collector.origin
         self._latent = latent
+        # CPU-only runs (see "Learning" in the module docstring): ``tracked`` while origin tracking is on
+        # (the sites whose tensor would be on the accelerator are kept in ``_known``); ``learning``: do
+        # not log calls, only learn. While not tracked, a call from a known site counts as on the device.
+        self.tracked = True
+        self.learning = False
+        self._known: set[tuple[CodeType, int, str]] = set()
         self._patched: list[tuple[Any, str, Any, bool]] = []  # (owner, name, original, was in __dict__)
         self._mode: Any = None
 
@@ -336,22 +353,18 @@ class SyncSiteRecorder:
         ``collector.origin``). For a copy the source counts. On a CPU-only run a ``.to(device)`` or
         ``copy_`` made inside a library (``model.to(device)``, ``clip_grad_norm_``) is never a copy
         to the host: its direction is the library's business, and on the host it is a no-op."""
-        import torch
-
         t = args[1] if op == "Tensor.copy_" and len(args) > 1 else (args[0] if args else None)
-        if not isinstance(t, torch.Tensor):
-            return False
         if not self._latent:
-            return t.device.type != "cpu"
+            return _on_accelerator(t)
         if op in _DIRECTED and not direct:
             return False
-        from collector.origin import device_bound
-
         return device_bound(t)
 
     def _record(self, op: str, depth: int, on_device: bool = True) -> None:
         """One call of ``op``; ``depth`` is the frame of the caller of the hooked function, counted from
         this method's frame. (The ``patch`` strategy's wrappers inline this: see ``_call_wrapper``.)"""
+        if self.learning:
+            return
         t = time.time_ns()
         f: FrameType | None = sys._getframe(depth)
         cache = self._filter.cache
@@ -418,12 +431,15 @@ class SyncSiteRecorder:
         classify = self._filter.kind
         getframe, now, thread_id = sys._getframe, time.time_ns, threading.get_native_id
         on_device = self._on_device
+        known = self._known
+        latent = self._latent
+        recorder = self
 
         @functools.wraps(original)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             nonlocal log  # ``log += ...`` extends the shared list in place (and is no traced call)
             if guard.busy:
-                return original(*args, **kwargs)
+                return original(*args, **kwargs) if kwargs else original(*args)
             if pred is None or pred(args, kwargs or None):
                 f: FrameType | None = getframe(1)
                 direct = (
@@ -433,9 +449,18 @@ class SyncSiteRecorder:
                     code = f.f_code
                     k = kinds[code] if code in kinds else classify(code)
                     if k == _USER:
+                        on = on_device(op, args, direct)
+                        if latent:  # CPU-only run: what origin tracking said of this site, when it was on
+                            site = (code, f.f_lineno, op)
+                            if recorder.tracked:
+                                if on:
+                                    known.add(site)
+                                if recorder.learning:
+                                    break
+                            elif not on and site in known:
+                                on = True
                         tid = guard.tid or thread_id()
                         guard.tid = tid
-                        on = on_device(op, args, direct)
                         t = now()  # after the checks: the call starts right after this
                         log += ((code, f.f_lineno, op, tid, t, on),)  # not a call: the tracer skips it
                         break
@@ -444,7 +469,7 @@ class SyncSiteRecorder:
                     f = f.f_back
             guard.busy = True
             try:
-                return original(*args, **kwargs)
+                return original(*args, **kwargs) if kwargs else original(*args)
             finally:
                 guard.busy = False
 

@@ -186,3 +186,44 @@ def test_stderr_and_trace_number_steps_alike(tmp_path: Path, capsys: pytest.Capt
     first, last = (int(x) for x in said.split("-"))
     assert last - first == 1
     assert _steps(_events(out)) == [f"ProfilerStep#{first}", f"ProfilerStep#{last}"]
+
+
+DECODE = """\
+import torch
+from torch.autograd import _profiler_enabled
+from torch.overrides import _get_current_function_mode_stack as modes
+
+model = torch.nn.Linear(4, 4)
+x = torch.randn(2, 4)
+label = torch.tensor([3])  # made on the host from a Python int: never on the accelerator
+with torch.no_grad():
+    for i in range(10):
+        tok = model(x).argmax()
+        tok.item()
+        label.item()
+        print("STEP", len(modes()), _profiler_enabled())
+"""
+
+
+def test_origin_tracking_is_off_inside_the_window_and_sites_keep_their_verdict(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a CPU-only inference loop reading a model output and a host-made tensor every step
+    script = _program(tmp_path, DECODE)
+    out = tmp_path / "o"
+    window = ["--skip", "2", "--warmup", "0", "--steps", "3"]
+    # WHEN profiled
+    assert main(["profile", "-o", str(out), "--no-analyze", *window, str(script)]) == 0
+    # THEN no torch-function mode slows the profiled steps (origin tracking is off there), but it was on
+    # for the step before them, where the sites were learnt (the first iteration, before any step
+    # boundary, is the setup's recording, dropped at the first step, under the first-op trigger too)
+    steps = [line.split()[1:] for line in capsys.readouterr().out.splitlines() if line.startswith("STEP")]
+    assert len(steps) == 10
+    recorded = [i for i, (_, on) in enumerate(steps) if on == "True" and i > 0]
+    assert recorded == [3, 4, 5]
+    assert [mode for mode, _ in steps] == ["2", "0", "1", "0", "0", "0", "0", "0", "0", "0"]
+    # AND the model output's read is a would-be sync in each recorded step, the host tensor's is not
+    sites = json.loads((out / SIDECAR_NAME).read_text())["sync_sites"]
+    by_line = {s["line"]: s for s in sites if s["op"] == "Tensor.item"}
+    assert (by_line[11]["on_device"], by_line[11]["count"]) == (True, 3)
+    assert (by_line[12]["on_device"], by_line[12]["count"]) == (False, 3)
