@@ -19,8 +19,9 @@ How the window is chosen (``ProfileOptions``):
   If the wrapper is bypassed (a program that kept the old ``opt.step``), transitions run in the hook,
   and the fallback's stop and the scheduled profiler's start fall on two different steps.
 - **who marks steps**: the optimizer (its first ``step`` call takes over for good), ``stallscope.step()``
-  (wins over the others), or in a loop with neither, the root module's forward calls
-  (``collector.program.ForwardSteps``). Steps are numbered as the run counts them: the scheduled profiler's
+  (wins over the others), or in a loop with neither, the root module's forward calls, or its
+  ``generate`` calls when it generates (``collector.program.ForwardSteps``). Steps are numbered as the
+  run counts them: the scheduled profiler's
   ``ProfilerStep#N`` is the run's N-th step.
 - **the program's own profiler**: when it starts one, the session stops its own and never starts another
   (``collector.program.OwnProfilerWatch``): torch allows one profiler at a time.
@@ -285,7 +286,7 @@ class Session:
         if self._explicit:
             return "explicit"
         if self._forward_source:
-            return "forward"
+            return "generate" if self._forward.generate else "forward"
         return "optimizer" if self._optimizer_id is not None else None
 
     # -- steps -----------------------------------------------------------------------------------
