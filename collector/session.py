@@ -137,6 +137,9 @@ class Session:
         self._watch = OwnProfilerWatch(self._step_aside)
         self._aside = False  # the program started its own profiler: ours stopped for good
         self._first_step_events = 0  # events recorded up to the first step (the budget's measure)
+        self._probing = False  # _prof records one skipped step to measure the events of a step
+        self._probed_steps = 0
+        self._step_events = 0  # events of the probed step (the budget's measure when there is one)
         self._active_steps = options.steps  # steps the scheduled window records (the budget may cut it)
         self._heartbeat: Heartbeat | None = None
         # told (one line) when the window closes while the program goes on; the CLI prints it
@@ -380,6 +383,13 @@ class Session:
             else:
                 self._prof.step()
             return
+        if self._probing:  # the probe step ended: its events are the budget's measure
+            self._end_probe()
+            if inside_record_function:
+                self._awaiting_start = True
+            else:
+                self._start_scheduled()
+            return
         if self._awaiting_start:  # the fallback stopped inside a record_function at the last step
             self._start_scheduled()
             return
@@ -389,6 +399,8 @@ class Session:
                 # the record_function began while the fallback ran: start the next profiler at the next
                 # step, inside a record_function that began with no profiler running
                 self._awaiting_start = True
+            elif self.options.max_events and self.options.skip > 0:
+                self._start_probe()
             else:
                 self._start_scheduled()
             return
@@ -415,20 +427,42 @@ class Session:
             self._first_step_events = recorded_events(prof)
         release(prof)
 
+    def _start_probe(self) -> None:
+        """Record the second step alone (one of the skipped steps): how many events a step makes once
+        the first step's warm-up (lazy initialisation, optimizer state, caches) is over."""
+        self._prof = self._profiler(schedule=None)
+        self._prof.on_trace_ready = None  # never the trace
+        self._prof.start()
+        self._probing = True
+
+    def _end_probe(self) -> None:
+        prof, self._prof = self._prof, None
+        self._probing = False
+        self._probed_steps += 1
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            prof.stop()
+        self._step_events = recorded_events(prof)
+        release(prof)
+
     def _start_scheduled(self) -> None:
         self._awaiting_start = False
         o = self.options
-        self._active_steps, note = budget_steps(self._first_step_events, o.max_events, o.steps)
+        skip = max(0, o.skip - self._probed_steps)  # the probe step was one of the skipped ones
+        measured, events = "the first step", self._first_step_events
+        if self._probed_steps and self._step_events:
+            measured, events = f"step {self._steps}", self._step_events
+        self._active_steps, note = budget_steps(events, o.max_events, o.steps, measured)
         if note is not None:
             self.notes.append(note)
             self._progress(note)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "won't be using warmup": --warmup 0 is the user's choice
             base = self._torch.profiler.schedule(
-                skip_first=o.skip, wait=0, warmup=o.warmup, active=self._active_steps, repeat=1
+                skip_first=skip, wait=0, warmup=o.warmup, active=self._active_steps, repeat=1
             )
         first = self._steps + 1  # the step starting now, numbered as the run counts (and stderr says)
-        recorded = first + o.skip + o.warmup  # the first recorded step
+        recorded = first + skip + o.warmup  # the first recorded step
         self._tracked_steps = frozenset({recorded - 1 if recorded > first else recorded})
         self._prof = self._profiler(schedule=lambda n: base(max(n - first, 0)))
         renumber(self._prof, first)

@@ -4,8 +4,10 @@ while torch collects and writes it.
 - **Never the imports**: ``FirstOpTrigger`` opens the window at the program's first torch call (a
   ``TorchFunctionMode`` that fires once and then only passes calls through until it is removed at the
   first step), so a program that fails while importing, or imports for seconds, records nothing.
-- **An event budget**: ``budget_steps`` turns the events of the first step (counted when its recording
-  is dropped) into the number of steps that stay under ``--max-events``; the note says what was cut.
+- **An event budget**: ``budget_steps`` turns the events of one step into the number of steps that stay
+  under ``--max-events``; the note says what was cut. The step measured is the second one, recorded
+  alone while it is skipped (the first carries the warm-up: lazy initialisation, optimizer state), or,
+  with ``--skip 0``, the first (counted when its recording is dropped).
 - **Progress**: ``Heartbeat`` says, every few seconds, what torch is doing while it stops the profiler
   and writes the trace (minutes for millions of events), instead of silence.
 
@@ -24,16 +26,19 @@ from collector.modes import ThreadMode
 DEFAULT_MAX_EVENTS = 500_000  # about 10 MB of gzip trace; torch writes it in tens of seconds on one core
 
 
-def budget_steps(first_step_events: int, max_events: int, steps: int) -> tuple[int, str | None]:
-    """How many steps to record when one step made ``first_step_events`` events, and a note when that is
-    fewer than ``steps``. ``max_events`` 0 means no budget. At least one step is always recorded."""
-    if max_events <= 0 or first_step_events <= 0:
+def budget_steps(
+    step_events: int, max_events: int, steps: int, measured: str = "the first step"
+) -> tuple[int, str | None]:
+    """How many steps to record when one step (``measured``, named in the note) made ``step_events``
+    events, and a note when that is fewer than ``steps``. ``max_events`` 0 means no budget. At least
+    one step is always recorded."""
+    if max_events <= 0 or step_events <= 0:
         return steps, None
-    fit = max(1, max_events // first_step_events)
+    fit = max(1, max_events // step_events)
     if fit >= steps:
         return steps, None
     return fit, (
-        f"the first step made about {first_step_events:,} events; profiling {fit} step(s) instead of "
+        f"{measured} made about {step_events:,} events; profiling {fit} step(s) instead of "
         f"{steps} to stay under --max-events {max_events:,} (raise it, or --max-events 0, for more)"
     )
 

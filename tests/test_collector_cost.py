@@ -216,14 +216,47 @@ def test_origin_tracking_is_off_inside_the_window_and_sites_keep_their_verdict(
     assert main(["profile", "-o", str(out), "--no-analyze", *window, str(script)]) == 0
     # THEN no torch-function mode slows the profiled steps (origin tracking is off there), but it was on
     # for the step before them, where the sites were learnt (the first iteration, before any step
-    # boundary, is the setup's recording, dropped at the first step, under the first-op trigger too)
+    # boundary, is the setup's recording, dropped at the first step, under the first-op trigger too;
+    # the second, skipped, step is recorded alone to measure a step's events)
     steps = [line.split()[1:] for line in capsys.readouterr().out.splitlines() if line.startswith("STEP")]
     assert len(steps) == 10
-    recorded = [i for i, (_, on) in enumerate(steps) if on == "True" and i > 0]
-    assert recorded == [3, 4, 5]
+    profiled = [i for i, (_, on) in enumerate(steps) if on == "True" and i > 0]
+    assert profiled == [1, 3, 4, 5]  # the second step is the event budget's probe; 3-5 the window
     assert [mode for mode, _ in steps] == ["2", "0", "1", "0", "0", "0", "0", "0", "0", "0"]
     # AND the model output's read is a would-be sync in each recorded step, the host tensor's is not
     sites = json.loads((out / SIDECAR_NAME).read_text())["sync_sites"]
     by_line = {s["line"]: s for s in sites if s["op"] == "Tensor.item"}
     assert (by_line[11]["on_device"], by_line[11]["count"]) == (True, 3)
     assert (by_line[12]["on_device"], by_line[12]["count"]) == (False, 3)
+
+
+WARMUP_HEAVY = """\
+import torch
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(*[torch.nn.Linear(16, 16) for _ in range(4)])
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x = torch.randn(4, 16)
+for i in range(12):
+    if i == 0:  # warm-up work of the first iteration only (lazy setup, caches)
+        for _ in range(400):
+            torch.zeros(2).add_(1)
+    loss = model(x).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_event_budget_measures_a_step_after_the_warm_up(tmp_path: Path) -> None:
+    # GIVEN a loop whose first iteration makes several times the events of the others, and a budget
+    # that holds three ordinary steps but not one first step
+    script = _program(tmp_path, WARMUP_HEAVY)
+    out = tmp_path / "o"
+    args = ["--skip", "2", "--warmup", "0", "--steps", "3", "--max-events", "1000"]
+    # WHEN profiled
+    assert main(["profile", "-o", str(out), "--no-analyze", *args, str(script)]) == 0
+    # THEN the budget was judged on a step after the warm-up: all three steps are recorded, with no note
+    assert len(_steps(_events(out))) == 3
+    assert not any("--max-events" in n for n in _notes(out))
+    assert len(_events(out)) < 1000 * 1.2
