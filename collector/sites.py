@@ -283,14 +283,22 @@ def _mode_class() -> type:
     return _MODE_CLASS
 
 
-# code, line, op, OS thread id, time.time_ns(), whether the tensor is (would be) on the accelerator
+# code, instruction (f_lasti), op, OS thread id, time.time_ns(), whether the tensor is (would be) on
+# the accelerator
 _Call = tuple[CodeType, int, str, int, int, bool]
 _DIRECTED = ("Tensor.to", "Tensor.copy_")
 
 
+def _line_of(code: CodeType, at: int) -> int:
+    """The source line of the instruction at byte offset ``at`` (a frame's ``f_lasti``) in ``code``."""
+    for start, end, line in code.co_lines():
+        if start <= at < end and line is not None:
+            return line
+    return code.co_firstlineno
+
+
 class _Guard(threading.local):
     busy = False  # a wrapped call is running on this thread: calls made inside it are not recorded
-    tid = 0  # this thread's OS id, looked up once
 
 
 class SyncSiteRecorder:
@@ -372,7 +380,7 @@ class SyncSiteRecorder:
             code = f.f_code
             k = cache[code] if code in cache else self._filter.kind(code)
             if k == _USER:
-                self._log.append((code, f.f_lineno, op, threading.get_native_id(), t, on_device))
+                self._log.append((code, f.f_lasti, op, threading.get_native_id(), t, on_device))
                 return
             if k == _OURS:
                 return
@@ -427,12 +435,13 @@ class SyncSiteRecorder:
         1 µs apiece), so the site lookup of ``_record`` is inlined here and the calls are kept to
         the clock and the frame."""
         log = self._log
-        kinds = self._filter.cache
+        kind_of = self._filter.cache.get  # a bound method: one lookup per frame
         classify = self._filter.kind
         getframe, now, thread_id = sys._getframe, time.time_ns, threading.get_native_id
         on_device = self._on_device
         known = self._known
         latent = self._latent
+        copy = op == "Tensor.copy_"  # the source tensor counts (``_on_device``)
         recorder = self
 
         @functools.wraps(original)
@@ -442,30 +451,36 @@ class SyncSiteRecorder:
                 return original(*args, **kwargs) if kwargs else original(*args)
             if pred is None or pred(args, kwargs or None):
                 f: FrameType | None = getframe(1)
-                direct = (
-                    f is not None and (kinds[f.f_code] if f.f_code in kinds else classify(f.f_code)) == _USER
-                )
+                direct = True  # called from the user's own frame (not through a library)
                 while f is not None:
                     code = f.f_code
-                    k = kinds[code] if code in kinds else classify(code)
+                    k = kind_of(code)
+                    if k is None:
+                        k = classify(code)
                     if k == _USER:
-                        on = on_device(op, args, direct)
-                        if latent:  # CPU-only run: what origin tracking said of this site, when it was on
-                            site = (code, f.f_lineno, op)
-                            if recorder.tracked:
+                        # the instruction, not the line: f_lineno scans the code's line table (records()
+                        # maps it to its line once per site)
+                        at = f.f_lasti
+                        if latent:
+                            on = on_device(op, args, direct)
+                            site = (code, at, op)
+                            if recorder.tracked:  # origin tracking is on: learn the site's verdict
                                 if on:
                                     known.add(site)
                                 if recorder.learning:
                                     break
                             elif not on and site in known:
                                 on = True
-                        tid = guard.tid or thread_id()
-                        guard.tid = tid
+                        elif copy:
+                            on = on_device(op, args, direct)
+                        else:  # a GPU run: the tensor's own device says it
+                            on = bool(args) and getattr(args[0], "is_cpu", True) is False
                         t = now()  # after the checks: the call starts right after this
-                        log += ((code, f.f_lineno, op, tid, t, on),)  # not a call: the tracer skips it
+                        log += ((code, at, op, thread_id(), t, on),)  # not a call: the tracer skips it
                         break
                     if k == _OURS:
                         break
+                    direct = False
                     f = f.f_back
             guard.busy = True
             try:
@@ -503,7 +518,11 @@ class SyncSiteRecorder:
         """The sidecar's ``sync_sites``, ordered by first call. ``count`` and ``first_us`` cover every call;
         ``since_us``/``until_us`` (trace clock) keep only the ``times_us`` inside that span."""
         grouped: dict[tuple[CodeType, int, str, int, bool], list[float]] = {}
-        for code, line, op, tid, ns, on in list(self._log):
+        lines: dict[tuple[CodeType, int], int] = {}
+        for code, at, op, tid, ns, on in list(self._log):
+            line = lines.get((code, at))
+            if line is None:
+                line = lines[(code, at)] = _line_of(code, at)
             grouped.setdefault((code, line, op, tid, on), []).append((ns - TRACE_BASE_NS) / 1000.0)
         out: list[dict[str, Any]] = []
         for (code, line, op, tid, on), times in grouped.items():
