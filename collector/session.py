@@ -57,7 +57,16 @@ from collector.options import Capture as Capture
 from collector.options import ProfileOptions as ProfileOptions
 from collector.origin import DataLoaderWatch, OriginTracker
 from collector.program import OURS, ForwardSteps, OwnProfilerWatch
-from collector.window import FirstOpTrigger, Heartbeat, budget_steps, recorded_events, release, renumber
+from collector.window import (
+    EVENTS_PER_CALL,
+    EVENTS_PER_CALL_CUDA,
+    FirstOpTrigger,
+    Heartbeat,
+    budget_steps,
+    recorded_events,
+    release,
+    renumber,
+)
 
 TORCH_MISSING = (
     "torch is not installed; the collector needs it: `pip install torch` "
@@ -137,6 +146,10 @@ class Session:
         self._watch = OwnProfilerWatch(self._step_aside)
         self._aside = False  # the program started its own profiler: ours stopped for good
         self._first_step_events = 0  # events recorded up to the first step (the budget's measure)
+        self._budget_hit = False  # a window without steps reached the event budget: it ends
+        self._budget_note: str | None = None
+        self._fallback_cut = False  # the budget ended the recording before the first step
+        self._window_opened = 0.0  # time.monotonic() at the first torch call
         self._probing = False  # _prof records one skipped step to measure the events of a step
         self._probed_steps = 0
         self._step_events = 0  # events of the probed step (the budget's measure when there is one)
@@ -184,7 +197,9 @@ class Session:
         if not self.cuda:  # where each tensor would live: the ground for would-be syncs
             self._origin = OriginTracker()
             self._origin.install()
-        self._trigger = FirstOpTrigger(self._open_window)
+        per_call = EVENTS_PER_CALL_CUDA if self.cuda else EVENTS_PER_CALL
+        limit = -(-self.options.max_events // per_call) if self.options.max_events else 0
+        self._trigger = FirstOpTrigger(self._open_window, self._on_event_budget, limit)
         self._trigger.install()
         if self.options.duration is not None:
             self._deadline = time.monotonic() + self.options.duration
@@ -200,7 +215,28 @@ class Session:
         if self.options.duration:
             renumber(self._prof, self._steps + 1)
         self._prof.start()
+        self._window_opened = time.monotonic()
         self._enter_recorder()
+
+    def _on_event_budget(self) -> None:
+        """A window without steps (the fallback, which is the whole run if no step comes, or
+        ``--duration``) has seen torch calls worth about ``--max-events`` events: end it now, or when the
+        step or optimizer step under way returns (as the duration alarm does)."""
+        if self._stopped or self._scheduled or self._prof is None or self._aside:
+            return
+        self._budget_hit = True
+        if not self._in_step and not self._optimizer_depth:
+            self._stop_profiler()
+
+    def _budget_window_note(self, prof: Any) -> str:
+        covered = time.monotonic() - self._window_opened
+        limit = self.options.max_events
+        events = recorded_events(prof)
+        what = f"the --duration {self.options.duration:g} s window" if self.options.duration else "the window"
+        return (
+            f"--max-events {limit:,}: {what} ended early, {covered:.1f} s after the first torch call "
+            f"({events:,} events recorded); raise it, or --max-events 0, for more"
+        )
 
     def _on_optimizer_start(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         """An optimizer is stepping (LBFGS calls its closure, and so the model, inside its step): from now
@@ -267,6 +303,10 @@ class Session:
                 self._stop_profiler()
                 if self._exported and self._mode() == "whole_run":
                     self.notes.append(WHOLE_RUN_NOTE)
+                if self._budget_note is not None:
+                    self.notes.append(self._budget_note)
+                    if self.options.duration is None:
+                        self._progress(self._budget_note)
             finally:
                 if self._timer is not None:
                     self._timer.close()
@@ -330,7 +370,9 @@ class Session:
                 return inner(*args, **kwargs)
             finally:
                 session._optimizer_depth -= 1
-                if session._optimizer_depth == 0 and (session._pending or session._alarm_fired):
+                if session._optimizer_depth == 0 and (
+                    session._pending or session._alarm_fired or session._budget_hit
+                ):
                     session._pending = False
                     session._transition(inside_record_function=False)
 
@@ -372,7 +414,7 @@ class Session:
             self._advance(inside_record_function)
         finally:
             self._in_step = False
-        if self._alarm_fired or self._window_done:
+        if self._alarm_fired or self._window_done or self._budget_hit:
             self._stop_profiler()
         self._retrack()
 
@@ -417,7 +459,11 @@ class Session:
             self._trigger.remove()
         prof, self._prof = self._prof, None
         self._scheduled = True
-        if prof is None:  # no torch call before the first step
+        if self._budget_hit:  # the budget ended the fallback, written as the whole run: a step came after
+            self._budget_hit = self._exported = self._window_done = False
+            self._budget_note = None
+            self._fallback_cut = True
+        if prof is None:  # no torch call before the first step (or the budget ended it)
             return
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -450,6 +496,8 @@ class Session:
         o = self.options
         skip = max(0, o.skip - self._probed_steps)  # the probe step was one of the skipped ones
         measured, events = "the first step", self._first_step_events
+        if self._fallback_cut:  # its events are unknown: more than the budget with the setup before it
+            measured, events = "the run up to its first step (cut at the budget)", o.max_events
         if self._probed_steps and self._step_events:
             measured, events = f"step {self._steps}", self._step_events
         self._active_steps, note = budget_steps(events, o.max_events, o.steps, measured)
@@ -510,10 +558,15 @@ class Session:
         finally:
             written = self._collected()
         self._exported = True
+        if self._budget_hit and self._budget_note is None:
+            self._budget_note = self._budget_window_note(prof)
+            if self.options.duration is None:  # the fallback: the whole run's window unless a step comes
+                return
+            self._progress(self._budget_note)
         if self.on_window_closed is not None and not self._stopped:
             first = max(1, self._steps - self._active_steps + 1)
             window = f"steps {first}-{self._steps}" if first < self._steps else f"step {first}"
-            if self.options.duration is not None:
+            if self.options.duration is not None or self._budget_hit:
                 window = "the first seconds"
             self.on_window_closed(
                 f"profiled {window} of the run, trace written{written}; the program goes on "

@@ -4,7 +4,9 @@ while torch collects and writes it.
 - **Never the imports**: ``FirstOpTrigger`` opens the window at the program's first torch call (a
   ``TorchFunctionMode`` that fires once and then only passes calls through until it is removed at the
   first step), so a program that fails while importing, or imports for seconds, records nothing.
-- **An event budget**: ``budget_steps`` turns the events of one step into the number of steps that stay
+- **An event budget**: a window without steps (the whole run, ``--duration``) ends when the torch calls
+  it has seen (``FirstOpTrigger``) make about ``--max-events`` events (``EVENTS_PER_CALL``). In steps
+  mode ``budget_steps`` turns the events of one step into the number of steps that stay
   under ``--max-events``; the note says what was cut. The step measured is the second one, recorded
   alone while it is skipped (the first carries the warm-up: lazy initialisation, optimizer state), or,
   with ``--skip 0``, the first (counted when its recording is dropped).
@@ -54,12 +56,24 @@ def recorded_events(prof: Any) -> int:
         return 0
 
 
+# Kineto events per torch call made from Python, to turn the calls a window without steps has made into
+# an estimate of its events: 2.6-4.5 measured on CPU-only loops (training with SGD/Adam, a decode loop,
+# matmuls; torch 2.13), so 5 errs early. With CUDA each call's kernels and launches add records: 8 is
+# assumed there, not measured. The note reports the real count of the trace.
+EVENTS_PER_CALL = 5
+EVENTS_PER_CALL_CUDA = 8
+
+
 class FirstOpTrigger:
     """Calls ``fire()`` once, on the first torch function called on this thread after ``install()``.
-    After firing it only passes calls through (a mode cannot leave torch's stack from inside its own
-    handler); ``remove()`` takes it off when it is on top of this thread's stack."""
+    After firing it passes calls through (a mode cannot leave torch's stack from inside its own
+    handler), counting them when ``limit`` is set: at the ``limit``-th call after firing it calls
+    ``on_limit()`` once, after that call (the event budget of a window without steps). ``remove()``
+    takes it off when it is on top of this thread's stack."""
 
-    def __init__(self, fire: Callable[[], None]) -> None:
+    def __init__(
+        self, fire: Callable[[], None], on_limit: Callable[[], None] | None = None, limit: int = 0
+    ) -> None:
         from torch.overrides import TorchFunctionMode
 
         trigger = self
@@ -75,9 +89,19 @@ class FirstOpTrigger:
                 if not trigger.fired:
                     trigger.fired = True
                     fire()
-                return func(*args, **(kwargs or {}))
+                elif trigger.limit:
+                    trigger.calls += 1
+                    if trigger.calls >= trigger.limit:
+                        trigger.limit = 0
+                        out = func(*args, **kwargs) if kwargs else func(*args)
+                        if on_limit is not None:
+                            on_limit()
+                        return out
+                return func(*args, **kwargs) if kwargs else func(*args)
 
         self.fired = False
+        self.calls = 0
+        self.limit = limit if on_limit is not None else 0
         self._slot = ThreadMode(_FirstOp())
 
     def install(self) -> None:

@@ -260,3 +260,49 @@ def test_event_budget_measures_a_step_after_the_warm_up(tmp_path: Path) -> None:
     assert len(_steps(_events(out))) == 3
     assert not any("--max-events" in n for n in _notes(out))
     assert len(_events(out)) < 1000 * 1.2
+
+
+NO_STEPS = """\
+import torch
+
+x = torch.randn(8, 8)
+for _ in range(3000):  # no optimizer, no module, no stallscope.step(): a window without steps
+    y = (x @ x).relu().sum()
+print("DONE")
+"""
+
+
+@pytest.mark.parametrize("mode", [[], ["--duration", "60"]], ids=["whole_run", "duration"])
+def test_event_budget_ends_a_window_without_steps(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], mode: list[str]
+) -> None:
+    # GIVEN a program without steps making about 12,000 torch calls, WHEN profiled whole (or for 60 s)
+    # under a budget of 2,000 events
+    script = _program(tmp_path, NO_STEPS)
+    out = tmp_path / "o"
+    assert main(["profile", "-o", str(out), "--no-analyze", *mode, "--max-events", "2000", str(script)]) == 0
+    # THEN the program ran to its end, the window ended early near the budget, and the note (on stderr
+    # and in the sidecar) says how many events it holds and how long it lasted
+    assert "DONE" in capsys.readouterr().out
+    ops = [e for e in _events(out) if e.get("cat") == "cpu_op"]
+    assert 0 < len(ops) <= 2000
+    note = next(n for n in _notes(out) if n.startswith("--max-events 2,000"))
+    assert "ended early" in note and "s after the first torch call" in note
+    assert ("--duration 60 s window" in note) == bool(mode)
+    recorded = int(note.split("(")[1].split(" events")[0].replace(",", ""))
+    assert recorded >= len(ops)
+
+
+def test_a_step_after_a_budget_cut_setup_still_gets_its_window(tmp_path: Path) -> None:
+    # GIVEN a program whose setup makes more torch calls than the budget allows, then trains
+    setup = "import torch\n\nfor _ in range(2000):\n    torch.zeros(4).add_(1)\n"
+    script = _program(tmp_path, setup + TRAIN.format(n=8).split("import torch\n", 1)[1])
+    out = tmp_path / "o"
+    args = ["--skip", "1", "--warmup", "0", "--steps", "2", "--max-events", "3000"]
+    # WHEN profiled
+    assert main(["profile", "-o", str(out), "--no-analyze", *args, str(script)]) == 0
+    # THEN the setup's cut recording gave way to the scheduled window, and no note speaks of the cut
+    run = json.loads((out / SIDECAR_NAME).read_text())["run"]
+    assert run["window"] == "steps"
+    assert len(_steps(_events(out))) == 2
+    assert not any("ended early" in n for n in _notes(out))
