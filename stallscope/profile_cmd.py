@@ -61,7 +61,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from collector.bundle import default_output
+    from collector.bundle import output_for
     from collector.recording import record
     from collector.run import run_module, run_script
     from collector.session import ProfileOptions, Session, require_torch
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
         name, program_dir = _check_script(target), Path(target).resolve().parent
     options = replace(options, auto_steps=not _marks_steps(target, args.module))
     require_torch()
-    output = args.output or default_output(name)
+    output = output_for(args.output, name)  # under torchrun: rank<N> inside it
 
     def say(message: str) -> None:
         print(f"stallscope: {message}", file=sys.stderr, flush=True)

@@ -189,3 +189,22 @@ def test_forward_steps_unwrap_generate_when_removed() -> None:
         steps.remove()
     assert (steps.generate, len(marked)) == (True, 2)
     assert "generate" not in vars(model)  # the instance wrapper is gone
+
+
+def test_each_rank_of_a_distributed_launch_writes_its_own_bundle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from collector.bundle import output_for
+
+    # GIVEN two ranks of a torchrun job (RANK / WORLD_SIZE in the environment) profiled with one -o
+    for rank in (0, 1):
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        _run(tmp_path, INFERENCE, *FAST)
+    # THEN each wrote its bundle inside it, as rank<N>: one folder of ranks
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["rank0", "rank1"]
+    assert all(bundle_trace(tmp_path / "o" / f"rank{r}") is not None for r in (0, 1))
+    # AND without -o the ranks share a timestamped folder; a world of one is no job
+    auto = output_for(None, "train", {"RANK": "3", "WORLD_SIZE": "4"})
+    assert auto.name == "rank3" and auto.parent.name.startswith("train-")
+    assert output_for("out", "train", {"RANK": "0", "WORLD_SIZE": "1"}) == Path("out")
