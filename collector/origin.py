@@ -23,6 +23,7 @@ after it, no mode slows the program. The handler itself allocates nothing and im
 
 from __future__ import annotations
 
+from types import FunctionType
 from typing import Any
 
 from collector.modes import ThreadMode
@@ -88,7 +89,10 @@ def _any_bound(values: Any, T: _Torch) -> bool:
 
 
 def _moves_to_device(func: Any, args: tuple[Any, ...], T: _Torch) -> bool:
-    """``t.to(device, ...)`` or ``t.cuda()`` (a call given ``device=`` is checked by the caller)."""
+    """``t.to(device, ...)`` or ``t.cuda()`` (a call given ``device=`` is checked by the caller). While
+    the sync-site recorder wraps ``Tensor.to``, torch hands the mode its wrapper (``__wrapped__``)."""
+    if func.__class__ is FunctionType:
+        func = getattr(func, "__wrapped__", func)
     if func is T.cuda:
         return True
     if func is not T.to or len(args) < 2:
