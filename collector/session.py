@@ -6,10 +6,13 @@ How the window is chosen (``ProfileOptions``):
   (``collector.window.FirstOpTrigger``).
 - **steps** (the default): a global optimizer step hook and ``stallscope.step()`` mark steps. From the
   first torch call to the first step, everything is recorded (the fallback window, kept only if no step
-  ever comes). At the first step that recording is dropped (its event count sets how many steps fit in
-  ``max_events``: ``collector.window.budget_steps``) and a scheduled profiler takes over,
-  ``schedule(skip_first=skip, wait=0, warmup=warmup, active=steps, repeat=1)``, counted from the end of
-  the first iteration: the first (slowest) iteration is never in the window.
+  ever comes; the event budget ends it early: ``_on_event_budget``). At the first step that recording is
+  dropped; with ``--skip`` of 1 or more the next step is recorded alone (the probe: its event count
+  sets how many steps fit in ``max_events``, ``collector.window.budget_steps``; with ``--skip 0`` the
+  dropped recording's count does), then a scheduled profiler takes over,
+  ``schedule(skip_first=skip, wait=0, warmup=warmup, active=steps, repeat=1)`` (the probe step counted
+  among the skipped), counted from the end of the first iteration: the first (slowest) iteration is
+  never in the window.
 - **never across profilers inside a record_function**: the optimizer hook runs inside torch's
   ``Optimizer.step#...`` annotation; a profiler started there after another one saw the annotation begin
   makes torch write its end into freed memory (a crash later). So a step found by the hook is counted at
@@ -26,7 +29,8 @@ How the window is chosen (``ProfileOptions``):
 - **the program's own profiler**: when it starts one, the session stops its own and never starts another
   (``collector.program.OwnProfilerWatch``): torch allows one profiler at a time.
 - **duration** (``--duration S``): everything from the first torch call until S seconds after the start (steps still labelled), then
-  the profiler stops at the next step or when a SIGALRM timer fires in the main thread.
+  the profiler stops at the next step or when a SIGALRM timer fires in the main thread, or earlier when
+  the event budget is reached (``_on_event_budget``).
 
 - **origin tracking** (CPU-only runs, ``collector.origin``): on from the start to the first step and, in
   a scheduled window, for the one step before it (the sync sites learn which reads are would-be syncs);
