@@ -32,7 +32,7 @@ MARK = "_stallscope_device_bound"
 _PLAIN = (bool, int, float, complex, str)  # outputs that carry no mark: the fast path skips them
 
 
-class _Torch:
+class TorchTypes:
     """The torch objects the per-call path compares against, looked up once (torch is imported lazily)."""
 
     def __init__(self) -> None:
@@ -46,26 +46,26 @@ class _Torch:
         self.cuda = torch.Tensor.cuda
 
 
-_T: _Torch | None = None
+_T: TorchTypes | None = None
 
 
-def _torch() -> _Torch:
+def torch_types() -> TorchTypes:
     global _T
     if _T is None:
-        _T = _Torch()
+        _T = TorchTypes()
     return _T
 
 
 def device_bound(t: Any) -> bool:
     """Whether tensor ``t`` would be on the accelerator (see the module docstring). A tensor that is on
     a device already is."""
-    T = _T or _torch()
+    T = _T or torch_types()
     if not isinstance(t, T.tensor):
         return False
-    return _bound(t, T)
+    return bound_tensor(t, T)
 
 
-def _bound(t: Any, T: _Torch) -> bool:
+def bound_tensor(t: Any, T: TorchTypes) -> bool:
     """``device_bound`` for a tensor, cheapest test first (a frozen parameter, whose ``isinstance``
     check runs Python code, last)."""
     if getattr(t, MARK, False) or t.requires_grad or not t.is_cpu:
@@ -74,21 +74,21 @@ def _bound(t: Any, T: _Torch) -> bool:
     return cls is not T.tensor and issubclass(cls, T.parameter)
 
 
-def _any_bound(values: Any, T: _Torch) -> bool:
+def _any_bound(values: Any, T: TorchTypes) -> bool:
     """Whether a device-bound tensor is among ``values`` (or the first 8 items of a list/tuple there)."""
     tensor = T.tensor
     for v in values:
         if isinstance(v, tensor):
-            if _bound(v, T):
+            if bound_tensor(v, T):
                 return True
         elif isinstance(v, tuple | list):
             for x in v[:8]:
-                if isinstance(x, tensor) and _bound(x, T):
+                if isinstance(x, tensor) and bound_tensor(x, T):
                     return True
     return False
 
 
-def _moves_to_device(func: Any, args: tuple[Any, ...], T: _Torch) -> bool:
+def _moves_to_device(func: Any, args: tuple[Any, ...], T: TorchTypes) -> bool:
     """``t.to(device, ...)`` or ``t.cuda()`` (a call given ``device=`` is checked by the caller). While
     the sync-site recorder wraps ``Tensor.to``, torch hands the mode its wrapper (``__wrapped__``)."""
     if func.__class__ is FunctionType:
@@ -101,7 +101,7 @@ def _moves_to_device(func: Any, args: tuple[Any, ...], T: _Torch) -> bool:
     return isinstance(d, str | T.device) or (isinstance(d, int) and not isinstance(d, bool))
 
 
-def _mark(out: Any, T: _Torch) -> None:
+def _mark(out: Any, T: TorchTypes) -> None:
     if isinstance(out, T.tensor):
         try:  # noqa: SIM105 (contextlib.suppress builds an object per call)
             setattr(out, MARK, True)
@@ -119,7 +119,7 @@ def _on_call(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None) ->
     out = func(*args, **kwargs) if kwargs else func(*args)
     if out is None or out.__class__ in _PLAIN:
         return out
-    T = _T or _torch()
+    T = _T or torch_types()
     if (
         _any_bound(args, T)
         or (kwargs and (kwargs.get("device") is not None or _any_bound(kwargs.values(), T)))
@@ -136,7 +136,7 @@ class OriginTracker:
     def __init__(self) -> None:
         from torch.overrides import TorchFunctionMode
 
-        _torch()
+        torch_types()
 
         class _Origin(TorchFunctionMode):
             def __torch_function__(
