@@ -4,8 +4,8 @@
 
 Targets (issue "collector"): sync-site capture and step timing add at most 5% over bare torch.profiler
 *inside* the profiled window, and at most 1% *outside* it. Outside the window the reference is bare
-torch.profiler's own steps outside its window too: once a ``with_stack`` profiler session has run, torch
-leaves every later step a few per cent slower (seen with nothing but ``profile().start()/stop()``), so
+torch.profiler's own steps outside its window too: once a profiler session has run, torch may leave
+later steps a few per cent slower (with ``with_stack``, measured before stacks became optional) (seen with nothing but ``profile().start()/stop()``), so
 "no profiling" would charge torch's residue to stallscope; both ratios are printed.
 
 How: each workload is one Python loop; every configuration runs the same loop in this process, one after
@@ -15,12 +15,13 @@ its end (``torch.autograd._profiler_enabled()``), the same test for bare torch.p
 stallscope; *outside* when none is recording at either end and it is not one of the first two
 iterations (warm-up). The iteration during which a window closes (the trace export) is neither.
 
-- bare torch.profiler: ``torch.profiler.profile(activities=[CPU(, CUDA)], with_stack=True,
+- bare torch.profiler: ``torch.profiler.profile(activities=[CPU(, CUDA)], with_stack=False,
   schedule=schedule(skip_first, wait=0, warmup, active, repeat=1))`` and ``prof.step()`` per iteration:
   what a user would write by hand, with the options stallscope uses.
 - stallscope: ``stallscope.profile(...)`` with the same skip/warmup/steps (the optimizer hook finds the
   training steps; the decode loop calls ``p.step()``): torch.profiler as above plus the step timer, the
-  optimizer hook and step wrapper, and the sync-site recorder during the window.
+  optimizer hook and step wrapper, the sync-site recorder during the window and, on CPU-only runs, origin
+  tracking until the first step and in the step before the window (`collector.origin`).
 
 The tables give the median iteration time of each configuration and the ratios the targets are about,
 then the unit costs (per optimizer step outside the window, per step mark and per `.item()` inside it),
@@ -115,13 +116,14 @@ def bare_profiler(
     active: int,
     on_trace_ready: Callable[[torch.profiler.profile], None] | None = None,
 ) -> torch.profiler.profile:
-    """torch.profiler as a user would set it up by hand, with the activities and stacks stallscope uses."""
+    """torch.profiler as a user would set it up by hand, with the activities stallscope uses and, as its
+    default (no ``--stacks``), no Python stacks."""
     acts = [torch.profiler.ProfilerActivity.CPU]
     if torch.cuda.is_available():
         acts.append(torch.profiler.ProfilerActivity.CUDA)
     sched = torch.profiler.schedule(skip_first=skip, wait=0, warmup=warmup, active=active, repeat=1)
     return torch.profiler.profile(
-        activities=acts, schedule=sched, with_stack=True, on_trace_ready=on_trace_ready
+        activities=acts, schedule=sched, with_stack=False, on_trace_ready=on_trace_ready
     )
 
 

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,28 @@ def default_output(name: str, root: str | Path = DEFAULT_ROOT, now: float | None
         n += 1
         out = base.with_name(f"{base.name}-{n}")
     return out
+
+
+def launcher_rank(environ: Mapping[str, str] | None = None) -> int | None:
+    """This process's rank when a distributed launcher started it (``torchrun`` and
+    ``torch.distributed.launch`` set ``RANK`` and ``WORLD_SIZE``; a world of one is no job), else None."""
+    env = os.environ if environ is None else environ
+    rank, world = env.get("RANK", ""), env.get("WORLD_SIZE", "")
+    if not (rank.isdigit() and world.isdigit()) or int(world) < 2:
+        return None
+    return int(rank)
+
+
+def output_for(output: str | Path | None, name: str, environ: Mapping[str, str] | None = None) -> Path:
+    """Where a run writes its bundle: ``output`` or ``default_output(name)``; under a distributed launcher
+    each rank writes ``rank<N>`` inside it (``-o DIR`` gives one folder of ranks, which ``stallscope
+    analyze DIR`` reads as a job; the default folder is named by the second each rank started)."""
+    rank = launcher_rank(environ)
+    if rank is None:
+        return Path(output) if output is not None else default_output(name)
+    if output is None:  # no uniqueness suffix: the other ranks write beside this one
+        output = Path(DEFAULT_ROOT) / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return Path(output) / f"rank{rank}"
 
 
 class Staging:

@@ -47,6 +47,7 @@ class Capture:
     sync_sites: list[dict[str, Any]] = field(default_factory=list)
     step_timing: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-    step_source: str | None = None  # "optimizer" | "explicit" | "forward" (root-module calls) | None
+    # "optimizer" | "explicit" | "forward" (root-module calls) | "generate" (its generate calls) | None
+    step_source: str | None = None
     stepped_aside: bool = False  # the program ran its own torch.profiler: nothing was profiled
     dataloaders: list[dict[str, Any]] = field(default_factory=list)  # each DataLoader's arguments

@@ -12,69 +12,121 @@ accelerator:
 - the outputs of any torch call with a device-bound tensor among its arguments (so a decode loop's
   ``logits.argmax(-1)`` made under ``no_grad`` stays device-bound).
 
-The mark is an attribute on the tensor object. The tracker is a ``TorchFunctionMode`` pushed for the
-whole run on CPU-only runs (never on GPU runs, where the tensor's own device says it): about 2 µs more
-per torch call made from Python (not per aten op: a module's C++ kernels and the backward pass are not
-slowed), the price of telling a would-be sync from a host-side read.
+The mark is an attribute on the tensor object. The tracker is a ``TorchFunctionMode``, on CPU-only runs
+only (never on GPU runs, where the tensor's own device says it). Any such mode costs every torch call
+made from Python a few µs (torch's dispatch to Python, most of it whatever the handler does: not per
+aten op, a module's C++ kernels and the backward pass are not slowed), so the session keeps it on only
+from the start to the first step and for the one step before a scheduled window, where the sync sites
+learn their verdict (``collector.session.Session._retrack``, ``collector.sites``); inside the window and
+after it, no mode slows the program. The handler itself allocates nothing and imports nothing per call.
 """
 
 from __future__ import annotations
 
-import contextlib
-import threading
+from types import FunctionType
 from typing import Any
 
+from collector.modes import ThreadMode
+
 MARK = "_stallscope_device_bound"
-_MOVES = ("to", "cuda")
+_PLAIN = (bool, int, float, complex, str)  # outputs that carry no mark: the fast path skips them
+
+
+class TorchTypes:
+    """The torch objects the per-call path compares against, looked up once (torch is imported lazily)."""
+
+    def __init__(self) -> None:
+        import torch
+
+        self.tensor: type = torch.Tensor
+        self.parameter: type = torch.nn.Parameter
+        self.device: type = torch.device
+        # what the mode receives for ``t.to(...)`` / ``t.cuda()`` (one object each for Tensor and TensorBase)
+        self.to = torch.Tensor.to
+        self.cuda = torch.Tensor.cuda
+
+
+_T: TorchTypes | None = None
+
+
+def torch_types() -> TorchTypes:
+    global _T
+    if _T is None:
+        _T = TorchTypes()
+    return _T
 
 
 def device_bound(t: Any) -> bool:
     """Whether tensor ``t`` would be on the accelerator (see the module docstring). A tensor that is on
     a device already is."""
-    import torch
-
-    if not isinstance(t, torch.Tensor):
+    T = _T or torch_types()
+    if not isinstance(t, T.tensor):
         return False
-    if t.device.type != "cpu" or t.requires_grad or isinstance(t, torch.nn.Parameter):
+    return bound_tensor(t, T)
+
+
+def bound_tensor(t: Any, T: TorchTypes) -> bool:
+    """``device_bound`` for a tensor, cheapest test first (a frozen parameter, whose ``isinstance``
+    check runs Python code, last)."""
+    if getattr(t, MARK, False) or t.requires_grad or not t.is_cpu:
         return True
-    return bool(getattr(t, MARK, False))
+    cls = t.__class__
+    return cls is not T.tensor and issubclass(cls, T.parameter)
 
 
-def _is_device(d: Any) -> bool:
-    import torch
+def _any_bound(values: Any, T: TorchTypes) -> bool:
+    """Whether a device-bound tensor is among ``values`` (or the first 8 items of a list/tuple there)."""
+    tensor = T.tensor
+    for v in values:
+        if isinstance(v, tensor):
+            if bound_tensor(v, T):
+                return True
+        elif isinstance(v, tuple | list):
+            for x in v[:8]:
+                if isinstance(x, tensor) and bound_tensor(x, T):
+                    return True
+    return False
 
-    return isinstance(d, str | torch.device | int) and not isinstance(d, bool)
 
-
-def _moves_to_device(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    """``t.to(device, ...)``, ``t.cuda()``, or any call given ``device=`` (factories)."""
-    if kwargs.get("device") is not None:
+def _moves_to_device(func: Any, args: tuple[Any, ...], T: TorchTypes) -> bool:
+    """``t.to(device, ...)`` or ``t.cuda()`` (a call given ``device=`` is checked by the caller). While
+    the sync-site recorder wraps ``Tensor.to``, torch hands the mode its wrapper (``__wrapped__``)."""
+    if func.__class__ is FunctionType:
+        func = getattr(func, "__wrapped__", func)
+    if func is T.cuda:
         return True
-    name = getattr(func, "__name__", "")
-    if name == "cuda":
-        return True
-    return name == "to" and len(args) > 1 and _is_device(args[1])
+    if func is not T.to or len(args) < 2:
+        return False
+    d = args[1]
+    return isinstance(d, str | T.device) or (isinstance(d, int) and not isinstance(d, bool))
 
 
-def _mark(out: Any) -> None:
-    import torch
-
-    if isinstance(out, torch.Tensor):
-        with contextlib.suppress(AttributeError, RuntimeError, TypeError):  # a subclass may refuse
+def _mark(out: Any, T: TorchTypes) -> None:
+    if isinstance(out, T.tensor):
+        try:  # noqa: SIM105 (contextlib.suppress builds an object per call)
             setattr(out, MARK, True)
+        except (AttributeError, RuntimeError, TypeError):  # a subclass may refuse
+            pass
     elif isinstance(out, tuple | list):
         for o in out[:64]:
-            if isinstance(o, torch.Tensor):
-                _mark(o)
+            if isinstance(o, T.tensor):
+                _mark(o, T)
 
 
-def _any_bound(values: Any) -> bool:
-    for v in values:
-        if device_bound(v):
-            return True
-        if isinstance(v, tuple | list) and any(device_bound(x) for x in v[:8]):
-            return True
-    return False
+def _on_call(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> Any:
+    """The tracker's handler: run the call, then mark its output when it would be on the device. On the
+    hot path of every torch call made from Python: no allocation, no import, the common answers first."""
+    out = func(*args, **kwargs) if kwargs else func(*args)
+    if out is None or out.__class__ in _PLAIN:
+        return out
+    T = _T or torch_types()
+    if (
+        _any_bound(args, T)
+        or (kwargs and (kwargs.get("device") is not None or _any_bound(kwargs.values(), T)))
+        or _moves_to_device(func, args, T)
+    ):
+        _mark(out, T)
+    return out
 
 
 class OriginTracker:
@@ -84,6 +136,8 @@ class OriginTracker:
     def __init__(self) -> None:
         from torch.overrides import TorchFunctionMode
 
+        torch_types()
+
         class _Origin(TorchFunctionMode):
             def __torch_function__(
                 self,
@@ -92,31 +146,20 @@ class OriginTracker:
                 args: tuple[Any, ...] = (),
                 kwargs: dict[str, Any] | None = None,
             ) -> Any:
-                kw = kwargs or {}
-                out = func(*args, **kw)
-                if out is not None and (
-                    _moves_to_device(func, args, kw) or _any_bound(args) or _any_bound(kw.values())
-                ):
-                    _mark(out)
-                return out
+                return _on_call(func, args, kwargs)
 
-        self._mode: Any = _Origin()
-        self._thread = threading.get_ident()
-        self._installed = False
+        self._slot = ThreadMode(_Origin())
+
+    @property
+    def installed(self) -> bool:
+        return self._slot.installed
 
     def install(self) -> None:
-        self._mode.__enter__()
-        self._installed = True
+        self._slot.install()
 
-    def remove(self) -> None:
-        if not self._installed or threading.get_ident() != self._thread:
-            return
-        import torch
-
-        depth = torch._C._len_torch_function_stack()
-        if depth and torch._C._get_function_stack_at(depth - 1) is self._mode:
-            self._mode.__exit__(None, None, None)
-            self._installed = False
+    def remove(self) -> bool:
+        """Take the mode off (when on top of this thread's stack); True when it came off."""
+        return self._slot.remove()
 
 
 _LOADER_ARGS = ("batch_size", "num_workers", "pin_memory", "prefetch_factor", "persistent_workers")

@@ -5,7 +5,9 @@ calls, and a torch.profiler of its own.
   module (the first module called at top level, not from inside another module's forward) starts a
   new step: the step is the forward and whatever the loop does with its output until the next call (a
   decode loop's token readback included). Global forward pre/post hooks, about 1-2 µs per module call;
-  the session removes them once the optimizer or ``stallscope.step()`` marks steps instead.
+  the session removes them once the optimizer or ``stallscope.step()`` marks steps instead. When the
+  root module is first called from its own ``generate`` method (HF-style ``model.generate(...)``), each
+  ``generate`` call is a step instead (a wrapper on the instance) and the forward calls inside it are not.
 - ``OwnProfilerWatch``: torch allows one profiler at a time. When the program starts its own
   (``torch.profiler.profile.start`` / ``with profile(...)``, or the legacy
   ``torch.autograd.profiler.profile``), the session is told first, so it can stop its own profiler and
@@ -16,14 +18,18 @@ calls, and a torch.profiler of its own.
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 OURS = "_stallscope_session_profiler"
 
 
 class ForwardSteps:
-    """Calls ``on_step()`` at the start of every root-module call after the first."""
+    """Calls ``on_step()`` at the start of every root-module call after the first, or, once the root
+    module is seen called from its own ``generate`` method, at the start of every ``generate`` call after
+    the first (and never for the forward calls inside one)."""
 
     def __init__(self, on_step: Callable[[], None]) -> None:
         self._on_step = on_step
@@ -31,6 +37,12 @@ class ForwardSteps:
         self._root: int | None = None
         self._calls = 0
         self._handles: list[Any] = []
+        self._has_generate = False  # the root module has a ``generate`` method: look for it on the stack
+        self.generate = False  # steps come from the root module's generate calls
+        self._generating: Any = None  # the frame of the generate call in progress when it was found
+        self._generate_depth = 0  # inside a generate call made through our wrapper
+        self._generate_calls = 0
+        self._wrapped: tuple[Any, Any] | None = None  # (module, its own generate or None)
 
     @property
     def calls(self) -> int:
@@ -51,19 +63,83 @@ class ForwardSteps:
         for h in self._handles:
             h.remove()
         self._handles = []
+        self._generating = None
+        if self._wrapped is not None:
+            module, own = self._wrapped
+            self._wrapped = None
+            if own is None:
+                vars(module).pop("generate", None)
+            else:
+                module.generate = own
 
     def _pre(self, module: Any, args: Any) -> None:
         if self._depth == 0:
             if self._root is None:
                 self._root = id(module)
+                self._has_generate = callable(getattr(type(module), "generate", None))
             if id(module) == self._root:
-                self._calls += 1
-                if self._calls >= 2:
-                    self._on_step()
+                self._root_call(module)
         self._depth += 1
+
+    def _root_call(self, module: Any) -> None:
+        if self.generate:  # generate calls mark the steps; a forward inside the first one is no step
+            if self._generating is not None and not _on_stack(self._generating):
+                self._generating = None  # the first generate call has returned
+            return
+        if self._has_generate:
+            frame = _generate_frame(module)
+            if frame is not None:  # the first generate call: one step, whatever it calls
+                self.generate, self._generating = True, frame
+                self._generate_calls = 1
+                self._wrap_generate(module)
+                return
+        self._calls += 1
+        if self._calls >= 2:
+            self._on_step()
+
+    def _wrap_generate(self, module: Any) -> None:
+        """Each later ``module.generate(...)`` call starts a step (a wrapper on the instance)."""
+        own = vars(module).get("generate")
+        inner = module.generate
+        steps = self
+
+        @functools.wraps(inner)
+        def generate(*args: Any, **kwargs: Any) -> Any:
+            steps._generating = None  # a new call: the first one has returned (or this one is nested)
+            if steps._generate_depth == 0:
+                steps._generate_calls += 1
+                steps._on_step()
+            steps._generate_depth += 1
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                steps._generate_depth -= 1
+
+        module.generate = generate
+        self._wrapped = (module, own)
 
     def _post(self, module: Any, args: Any, output: Any) -> None:
         self._depth = max(0, self._depth - 1)
+
+
+def _generate_frame(module: Any, limit: int = 64) -> FrameType | None:
+    """The frame of ``module.generate`` running below the current call, if any (HF-style generation:
+    ``model.generate(...)`` calls the model once per token)."""
+    f: FrameType | None = sys._getframe(2)
+    while f is not None and limit > 0:
+        if f.f_code.co_name == "generate" and f.f_locals.get("self") is module:
+            return f
+        f, limit = f.f_back, limit - 1
+    return None
+
+
+def _on_stack(frame: FrameType, limit: int = 256) -> bool:
+    f: FrameType | None = sys._getframe(1)
+    while f is not None and limit > 0:
+        if f is frame:
+            return True
+        f, limit = f.f_back, limit - 1
+    return False
 
 
 class OwnProfilerWatch:

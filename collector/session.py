@@ -6,10 +6,13 @@ How the window is chosen (``ProfileOptions``):
   (``collector.window.FirstOpTrigger``).
 - **steps** (the default): a global optimizer step hook and ``stallscope.step()`` mark steps. From the
   first torch call to the first step, everything is recorded (the fallback window, kept only if no step
-  ever comes). At the first step that recording is dropped (its event count sets how many steps fit in
-  ``max_events``: ``collector.window.budget_steps``) and a scheduled profiler takes over,
-  ``schedule(skip_first=skip, wait=0, warmup=warmup, active=steps, repeat=1)``, counted from the end of
-  the first iteration: the first (slowest) iteration is never in the window.
+  ever comes; the event budget ends it early: ``_on_event_budget``). At the first step that recording is
+  dropped; with ``--skip`` of 1 or more the next step is recorded alone (the probe: its event count
+  sets how many steps fit in ``max_events``, ``collector.window.budget_steps``; with ``--skip 0`` the
+  dropped recording's count does), then a scheduled profiler takes over,
+  ``schedule(skip_first=skip, wait=0, warmup=warmup, active=steps, repeat=1)`` (the probe step counted
+  among the skipped), counted from the end of the first iteration: the first (slowest) iteration is
+  never in the window.
 - **never across profilers inside a record_function**: the optimizer hook runs inside torch's
   ``Optimizer.step#...`` annotation; a profiler started there after another one saw the annotation begin
   makes torch write its end into freed memory (a crash later). So a step found by the hook is counted at
@@ -19,13 +22,19 @@ How the window is chosen (``ProfileOptions``):
   If the wrapper is bypassed (a program that kept the old ``opt.step``), transitions run in the hook,
   and the fallback's stop and the scheduled profiler's start fall on two different steps.
 - **who marks steps**: the optimizer (its first ``step`` call takes over for good), ``stallscope.step()``
-  (wins over the others), or in a loop with neither, the root module's forward calls
-  (``collector.program.ForwardSteps``). Steps are numbered as the run counts them: the scheduled profiler's
+  (wins over the others), or in a loop with neither, the root module's forward calls, or its
+  ``generate`` calls when it generates (``collector.program.ForwardSteps``). Steps are numbered as the
+  run counts them: the scheduled profiler's
   ``ProfilerStep#N`` is the run's N-th step.
 - **the program's own profiler**: when it starts one, the session stops its own and never starts another
   (``collector.program.OwnProfilerWatch``): torch allows one profiler at a time.
 - **duration** (``--duration S``): everything from the first torch call until S seconds after the start (steps still labelled), then
-  the profiler stops at the next step or when a SIGALRM timer fires in the main thread.
+  the profiler stops at the next step or when a SIGALRM timer fires in the main thread, or earlier when
+  the event budget is reached (``_on_event_budget``).
+
+- **origin tracking** (CPU-only runs, ``collector.origin``): on from the start to the first step and, in
+  a scheduled window, for the one step before it (the sync sites learn which reads are would-be syncs);
+  off inside the window and after it, where its per-call cost would slow the steps being measured.
 
 The optional collaborators (``collector.sites.SyncSiteRecorder`` for exact sync call sites during the
 window, ``collector.steptiming.StepTimer`` for every step of the run) are used when importable.
@@ -52,7 +61,16 @@ from collector.options import Capture as Capture
 from collector.options import ProfileOptions as ProfileOptions
 from collector.origin import DataLoaderWatch, OriginTracker
 from collector.program import OURS, ForwardSteps, OwnProfilerWatch
-from collector.window import FirstOpTrigger, Heartbeat, budget_steps, recorded_events, release, renumber
+from collector.window import (
+    EVENTS_PER_CALL,
+    EVENTS_PER_CALL_CUDA,
+    FirstOpTrigger,
+    Heartbeat,
+    budget_steps,
+    recorded_events,
+    release,
+    renumber,
+)
 
 TORCH_MISSING = (
     "torch is not installed; the collector needs it: `pip install torch` "
@@ -124,12 +142,21 @@ class Session:
         self._awaiting_start = False  # the fallback was dropped; the scheduled profiler starts next step
         self._trigger: FirstOpTrigger | None = None  # opens the window at the first torch call
         self._origin: OriginTracker | None = None  # CPU-only runs: marks tensors a GPU run would hold
+        self._tracked_steps: frozenset[int] = frozenset()  # scheduled window: the steps origin is tracked in
+        self._thread = threading.get_ident()  # the thread that started the session (modes are per thread)
         self._loaders = DataLoaderWatch()
         self._forward = ForwardSteps(self._on_forward_step)
         self._forward_source = False  # steps come from root-module calls
         self._watch = OwnProfilerWatch(self._step_aside)
         self._aside = False  # the program started its own profiler: ours stopped for good
         self._first_step_events = 0  # events recorded up to the first step (the budget's measure)
+        self._budget_hit = False  # a window without steps reached the event budget: it ends
+        self._budget_note: str | None = None
+        self._fallback_cut = False  # the budget ended the recording before the first step
+        self._window_opened = 0.0  # time.monotonic() at the first torch call
+        self._probing = False  # _prof records one skipped step to measure the events of a step
+        self._probed_steps = 0
+        self._step_events = 0  # events of the probed step (the budget's measure when there is one)
         self._active_steps = options.steps  # steps the scheduled window records (the budget may cut it)
         self._heartbeat: Heartbeat | None = None
         # told (one line) when the window closes while the program goes on; the CLI prints it
@@ -154,6 +181,7 @@ class Session:
 
     def _begin(self, torch: Any) -> None:
         self._torch = torch
+        self._thread = threading.get_ident()
         self.cuda = bool(torch.cuda.is_available())
         if not self.cuda:
             self.notes.append("no CUDA device available: profiling the CPU only")
@@ -173,7 +201,9 @@ class Session:
         if not self.cuda:  # where each tensor would live: the ground for would-be syncs
             self._origin = OriginTracker()
             self._origin.install()
-        self._trigger = FirstOpTrigger(self._open_window)
+        per_call = EVENTS_PER_CALL_CUDA if self.cuda else EVENTS_PER_CALL
+        limit = -(-self.options.max_events // per_call) if self.options.max_events else 0
+        self._trigger = FirstOpTrigger(self._open_window, self._on_event_budget, limit)
         self._trigger.install()
         if self.options.duration is not None:
             self._deadline = time.monotonic() + self.options.duration
@@ -189,7 +219,28 @@ class Session:
         if self.options.duration:
             renumber(self._prof, self._steps + 1)
         self._prof.start()
+        self._window_opened = time.monotonic()
         self._enter_recorder()
+
+    def _on_event_budget(self) -> None:
+        """A window without steps (the fallback, which is the whole run if no step comes, or
+        ``--duration``) has seen torch calls worth about ``--max-events`` events: end it now, or when the
+        step or optimizer step under way returns (as the duration alarm does)."""
+        if self._stopped or self._scheduled or self._prof is None or self._aside:
+            return
+        self._budget_hit = True
+        if not self._in_step and not self._optimizer_depth:
+            self._stop_profiler()
+
+    def _budget_window_note(self, prof: Any) -> str:
+        covered = time.monotonic() - self._window_opened
+        limit = self.options.max_events
+        events = recorded_events(prof)
+        what = f"the --duration {self.options.duration:g} s window" if self.options.duration else "the window"
+        return (
+            f"--max-events {limit:,}: {what} ended early, {covered:.1f} s after the first torch call "
+            f"({events:,} events recorded); raise it, or --max-events 0, for more"
+        )
 
     def _on_optimizer_start(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         """An optimizer is stepping (LBFGS calls its closure, and so the model, inside its step): from now
@@ -228,6 +279,7 @@ class Session:
                 prof.on_trace_ready = None
                 prof.stop()
             release(prof)
+        self._retrack()
 
     def step(self) -> None:
         """Mark the end of one iteration: step timing, and the profiler's schedule."""
@@ -255,6 +307,10 @@ class Session:
                 self._stop_profiler()
                 if self._exported and self._mode() == "whole_run":
                     self.notes.append(WHOLE_RUN_NOTE)
+                if self._budget_note is not None:
+                    self.notes.append(self._budget_note)
+                    if self.options.duration is None:
+                        self._progress(self._budget_note)
             finally:
                 if self._timer is not None:
                     self._timer.close()
@@ -277,7 +333,7 @@ class Session:
         if self._explicit:
             return "explicit"
         if self._forward_source:
-            return "forward"
+            return "generate" if self._forward.generate else "forward"
         return "optimizer" if self._optimizer_id is not None else None
 
     # -- steps -----------------------------------------------------------------------------------
@@ -318,7 +374,9 @@ class Session:
                 return inner(*args, **kwargs)
             finally:
                 session._optimizer_depth -= 1
-                if session._optimizer_depth == 0 and (session._pending or session._alarm_fired):
+                if session._optimizer_depth == 0 and (
+                    session._pending or session._alarm_fired or session._budget_hit
+                ):
                     session._pending = False
                     session._transition(inside_record_function=False)
 
@@ -360,8 +418,9 @@ class Session:
             self._advance(inside_record_function)
         finally:
             self._in_step = False
-        if self._alarm_fired or self._window_done:
+        if self._alarm_fired or self._window_done or self._budget_hit:
             self._stop_profiler()
+        self._retrack()
 
     def _advance(self, inside_record_function: bool) -> None:
         if self.options.duration is not None:
@@ -369,6 +428,13 @@ class Session:
                 self._stop_profiler()
             else:
                 self._prof.step()
+            return
+        if self._probing:  # the probe step ended: its events are the budget's measure
+            self._end_probe()
+            if inside_record_function:
+                self._awaiting_start = True
+            else:
+                self._start_scheduled()
             return
         if self._awaiting_start:  # the fallback stopped inside a record_function at the last step
             self._start_scheduled()
@@ -379,6 +445,8 @@ class Session:
                 # the record_function began while the fallback ran: start the next profiler at the next
                 # step, inside a record_function that began with no profiler running
                 self._awaiting_start = True
+            elif self.options.max_events and self.options.skip > 0:
+                self._start_probe()
             else:
                 self._start_scheduled()
             return
@@ -395,7 +463,11 @@ class Session:
             self._trigger.remove()
         prof, self._prof = self._prof, None
         self._scheduled = True
-        if prof is None:  # no torch call before the first step
+        if self._budget_hit:  # the budget ended the fallback, written as the whole run: a step came after
+            self._budget_hit = self._exported = self._window_done = False
+            self._budget_note = None
+            self._fallback_cut = True
+        if prof is None:  # no torch call before the first step (or the budget ended it)
             return
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -405,19 +477,45 @@ class Session:
             self._first_step_events = recorded_events(prof)
         release(prof)
 
+    def _start_probe(self) -> None:
+        """Record the second step alone (one of the skipped steps): how many events a step makes once
+        the first step's warm-up (lazy initialisation, optimizer state, caches) is over."""
+        self._prof = self._profiler(schedule=None)
+        self._prof.on_trace_ready = None  # never the trace
+        self._prof.start()
+        self._probing = True
+
+    def _end_probe(self) -> None:
+        prof, self._prof = self._prof, None
+        self._probing = False
+        self._probed_steps += 1
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            prof.stop()
+        self._step_events = recorded_events(prof)
+        release(prof)
+
     def _start_scheduled(self) -> None:
         self._awaiting_start = False
         o = self.options
-        self._active_steps, note = budget_steps(self._first_step_events, o.max_events, o.steps)
+        skip = max(0, o.skip - self._probed_steps)  # the probe step was one of the skipped ones
+        measured, events = "the first step", self._first_step_events
+        if self._fallback_cut:  # its events are unknown: more than the budget with the setup before it
+            measured, events = "the run up to its first step (cut at the budget)", o.max_events
+        if self._probed_steps and self._step_events:
+            measured, events = f"step {self._steps}", self._step_events
+        self._active_steps, note = budget_steps(events, o.max_events, o.steps, measured)
         if note is not None:
             self.notes.append(note)
             self._progress(note)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "won't be using warmup": --warmup 0 is the user's choice
             base = self._torch.profiler.schedule(
-                skip_first=o.skip, wait=0, warmup=o.warmup, active=self._active_steps, repeat=1
+                skip_first=skip, wait=0, warmup=o.warmup, active=self._active_steps, repeat=1
             )
         first = self._steps + 1  # the step starting now, numbered as the run counts (and stderr says)
+        recorded = first + skip + o.warmup  # the first recorded step
+        self._tracked_steps = frozenset({recorded - 1 if recorded > first else recorded})
         self._prof = self._profiler(schedule=lambda n: base(max(n - first, 0)))
         renumber(self._prof, first)
         self._prof.start()
@@ -464,10 +562,15 @@ class Session:
         finally:
             written = self._collected()
         self._exported = True
+        if self._budget_hit and self._budget_note is None:
+            self._budget_note = self._budget_window_note(prof)
+            if self.options.duration is None:  # the fallback: the whole run's window unless a step comes
+                return
+            self._progress(self._budget_note)
         if self.on_window_closed is not None and not self._stopped:
             first = max(1, self._steps - self._active_steps + 1)
             window = f"steps {first}-{self._steps}" if first < self._steps else f"step {first}"
-            if self.options.duration is not None:
+            if self.options.duration is not None or self._budget_hit:
                 window = "the first seconds"
             self.on_window_closed(
                 f"profiled {window} of the run, trace written{written}; the program goes on "
@@ -515,14 +618,50 @@ class Session:
 
     # -- sync sites ------------------------------------------------------------------------------
 
-    def _enter_recorder(self) -> None:
+    def _enter_recorder(self, learning: bool = False) -> None:
+        """Record sync sites (or, ``learning``, only learn which sites read device-bound tensors: see
+        ``_retrack``); a recorder already learning starts recording."""
         if self._recorder is not None:
+            self._recorder.learning = learning
             return
         recorder_cls = _optional("collector.sites", "SyncSiteRecorder")
         if recorder_cls is not None:
             # ~0 cost on non-sync ops (a mode: +2-3 us per op)
             self._recorder = recorder_cls(strategy="patch", latent=not self.cuda)
+            self._recorder.learning = learning
+            self._recorder.tracked = self._origin is not None and self._origin.installed
             self._recorder.__enter__()
+
+    # -- origin tracking (CPU-only runs) ---------------------------------------------------------
+
+    def _wants_origin(self) -> bool:
+        """Origin tracking is on from the start to the first step (setup), in a window without steps
+        (whole run, duration), and in one step of a scheduled window: the step before its first recorded
+        step (the sync sites are learnt there, not logged), or that step itself when nothing precedes it."""
+        if self._aside or self._exported or self._stopped:
+            return False
+        if not self._scheduled:
+            return True
+        return self._steps + 1 in self._tracked_steps
+
+    def _retrack(self) -> None:
+        """At a step boundary, put origin tracking on or off (``_wants_origin``). It slows every torch call
+        made from Python (a mode), so inside a scheduled window it is off: a sync site's calls count as
+        device-bound when the learning step found them so (``collector.sites``). It goes back on only on
+        an empty mode stack (a mode pushed under a program's own would be popped by the program's exit)."""
+        origin = self._origin
+        if origin is None or threading.get_ident() != self._thread:
+            return
+        want = self._wants_origin()
+        if want and not origin.installed:
+            if self._torch._C._len_torch_function_stack() == 0:
+                origin.install()
+        elif not want and origin.installed:
+            origin.remove()
+        if origin.installed and self._scheduled and self._recorder is None:
+            self._enter_recorder(learning=True)  # the step before the window: learn the sites
+        if self._recorder is not None:
+            self._recorder.tracked = origin.installed
 
     def _exit_recorder(self, keep: bool) -> None:
         rec, self._recorder = self._recorder, None

@@ -35,6 +35,11 @@ Decisions:
   of pushing a mode: the other torch calls then cost nothing extra (a TorchFunctionMode adds about 2-3 µs
   to *every* torch call, whatever its handler does), and every thread is covered; calls through aliases
   bound before entry (``from torch import nonzero``) are missed.
+- Learning (``patch`` strategy, CPU-only runs): while ``tracked`` (``collector.origin``'s tracking is
+  on) the sites whose tensor would be on the accelerator are kept; while ``learning`` too, calls are
+  only learnt from, not logged. A call logged while not tracked counts as on the device when its site
+  was known to be. So origin tracking, a mode that slows every torch call, can be on for the step
+  before the window and off inside it.
 - The mode is thread-local (torch keeps the mode stack per thread): tensor calls are recorded on the thread
   that entered the recorder; the CUDA synchronize wrappers are process-wide and record on any thread.
 - Calls made from inside another recorded call (torch's own Python code under ``Tensor.unique``, for
@@ -54,6 +59,8 @@ from types import CodeType, FrameType
 from typing import Any
 
 from collector.clock import TRACE_BASE_NS
+from collector.modes import ThreadMode
+from collector.origin import bound_tensor, device_bound, torch_types
 
 _LIB, _USER, _OURS = 0, 1, 2
 _OUR_PACKAGES = ("collector", "analyzer", "stallscope", "dashboard")
@@ -80,14 +87,19 @@ class _FrameFilter:
             if paths.get(key):
                 libs.add(os.path.realpath(paths[key]))
         self.libs = tuple(sorted(p + os.sep for p in libs))
-        self.cache: dict[CodeType, int] = {}
+        # keyed by id(code): hashing a code object hashes its constants and names on every call (0.2 µs
+        # for a small function, 5 µs for a script's module code); ``codes`` keeps each one alive, so
+        # its id is never reused while cached
+        self.cache: dict[int, int] = {}
+        self.codes: dict[int, CodeType] = {}
         self.paths: dict[str, int] = {}
 
     def kind(self, code: CodeType) -> int:
         k = self.paths.get(code.co_filename)
         if k is None:
             k = self.paths[code.co_filename] = self._kind(code.co_filename)
-        self.cache[code] = k
+        self.cache[id(code)] = k
+        self.codes[id(code)] = code
         return k
 
     def _kind(self, filename: str) -> int:
@@ -115,6 +127,11 @@ def _frame_filter() -> _FrameFilter:
 
 
 # --- which calls are sync-prone --------------------------------------------------------------------------
+
+
+def _on_accelerator(t: Any) -> bool:
+    """Whether ``t`` is a tensor off the host (a GPU run's test: the tensor's own device says it)."""
+    return getattr(t, "is_cpu", True) is False
 
 
 def _is_host(d: Any) -> bool:
@@ -271,9 +288,18 @@ def _mode_class() -> type:
     return _MODE_CLASS
 
 
-# code, line, op, OS thread id, time.time_ns(), whether the tensor is (would be) on the accelerator
+# code, instruction (f_lasti), op, OS thread id, time.time_ns(), whether the tensor is (would be) on
+# the accelerator
 _Call = tuple[CodeType, int, str, int, int, bool]
 _DIRECTED = ("Tensor.to", "Tensor.copy_")
+
+
+def _line_of(code: CodeType, at: int) -> int:
+    """The source line of the instruction at byte offset ``at`` (a frame's ``f_lasti``) in ``code``."""
+    for start, end, line in code.co_lines():
+        if start <= at < end and line is not None:
+            return line
+    return code.co_firstlineno
 
 
 class _Guard(threading.local):
@@ -295,6 +321,12 @@ class SyncSiteRecorder:
         self._wrap_synchronize = wrap_synchronize
         # CPU-only run: whether a call's tensor would be on the accelerator comes from collector.origin
         self._latent = latent
+        # CPU-only runs (see "Learning" in the module docstring): ``tracked`` while origin tracking is on
+        # (the sites whose tensor would be on the accelerator are kept in ``_known``); ``learning``: do
+        # not log calls, only learn. While not tracked, a call from a known site counts as on the device.
+        self.tracked = True
+        self.learning = False
+        self._known: set[tuple[int, int, str]] = set()  # (id(code), f_lasti, op)
         self._patched: list[tuple[Any, str, Any, bool]] = []  # (owner, name, original, was in __dict__)
         self._mode: Any = None
 
@@ -309,8 +341,8 @@ class SyncSiteRecorder:
                 self._patch_calls()
                 mode: Any = True
             else:
-                mode = _mode_class()(self)
-                mode.__enter__()
+                mode = ThreadMode(_mode_class()(self))
+                mode.install()
         except BaseException:
             self._unpatch()
             raise
@@ -320,8 +352,8 @@ class SyncSiteRecorder:
     def __exit__(self, *exc: object) -> None:
         mode, self._mode = self._mode, None
         try:
-            if mode is not None and mode is not True:
-                mode.__exit__(None, None, None)
+            if isinstance(mode, ThreadMode):
+                mode.remove()
         finally:
             self._unpatch()
 
@@ -335,30 +367,28 @@ class SyncSiteRecorder:
         ``collector.origin``). For a copy the source counts. On a CPU-only run a ``.to(device)`` or
         ``copy_`` made inside a library (``model.to(device)``, ``clip_grad_norm_``) is never a copy
         to the host: its direction is the library's business, and on the host it is a no-op."""
-        import torch
-
         t = args[1] if op == "Tensor.copy_" and len(args) > 1 else (args[0] if args else None)
-        if not isinstance(t, torch.Tensor):
-            return False
         if not self._latent:
-            return t.device.type != "cpu"
+            return _on_accelerator(t)
         if op in _DIRECTED and not direct:
             return False
-        from collector.origin import device_bound
-
         return device_bound(t)
 
     def _record(self, op: str, depth: int, on_device: bool = True) -> None:
         """One call of ``op``; ``depth`` is the frame of the caller of the hooked function, counted from
         this method's frame. (The ``patch`` strategy's wrappers inline this: see ``_call_wrapper``.)"""
+        if self.learning:
+            return
         t = time.time_ns()
         f: FrameType | None = sys._getframe(depth)
         cache = self._filter.cache
         while f is not None:
             code = f.f_code
-            k = cache[code] if code in cache else self._filter.kind(code)
+            k = cache.get(id(code))
+            if k is None:
+                k = self._filter.kind(code)
             if k == _USER:
-                self._log.append((code, f.f_lineno, op, threading.get_native_id(), t, on_device))
+                self._log.append((code, f.f_lasti, op, threading.get_native_id(), t, on_device))
                 return
             if k == _OURS:
                 return
@@ -413,37 +443,62 @@ class SyncSiteRecorder:
         1 µs apiece), so the site lookup of ``_record`` is inlined here and the calls are kept to
         the clock and the frame."""
         log = self._log
-        kinds = self._filter.cache
+        kind_of = self._filter.cache.get  # a bound method: one lookup per frame
         classify = self._filter.kind
         getframe, now, thread_id = sys._getframe, time.time_ns, threading.get_native_id
         on_device = self._on_device
+        known = self._known
+        latent = self._latent
+        directed = op in _DIRECTED  # ``to``/``copy_``: direction and source need ``_on_device``
+        types = torch_types()
+        tensor: Any = types.tensor
+        recorder = self
 
         @functools.wraps(original)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             nonlocal log  # ``log += ...`` extends the shared list in place (and is no traced call)
             if guard.busy:
-                return original(*args, **kwargs)
+                return original(*args, **kwargs) if kwargs else original(*args)
             if pred is None or pred(args, kwargs or None):
                 f: FrameType | None = getframe(1)
-                direct = (
-                    f is not None and (kinds[f.f_code] if f.f_code in kinds else classify(f.f_code)) == _USER
-                )
+                direct = True  # called from the user's own frame (not through a library)
                 while f is not None:
                     code = f.f_code
-                    k = kinds[code] if code in kinds else classify(code)
+                    k = kind_of(id(code))
+                    if k is None:
+                        k = classify(code)
                     if k == _USER:
-                        tid = guard.tid or thread_id()
+                        # the instruction, not the line: f_lineno scans the code's line table (records()
+                        # maps it to its line once per site)
+                        at = f.f_lasti
+                        t = args[0] if args else None
+                        if directed:
+                            on = on_device(op, args, direct)
+                        elif latent:  # ``collector.origin.device_bound``, one call
+                            on = isinstance(t, tensor) and bound_tensor(t, types)
+                        else:  # a GPU run: the tensor's own device says it
+                            on = isinstance(t, tensor) and not t.is_cpu
+                        if latent:
+                            site = (id(code), at, op)  # code objects are slow to hash: their id
+                            if recorder.tracked:  # origin tracking is on: learn the site's verdict
+                                if on:
+                                    known.add(site)
+                                if recorder.learning:
+                                    break
+                            elif not on and site in known:
+                                on = True
+                        tid = guard.tid or thread_id()  # get_native_id is a system call: once a thread
                         guard.tid = tid
-                        on = on_device(op, args, direct)
-                        t = now()  # after the checks: the call starts right after this
-                        log += ((code, f.f_lineno, op, tid, t, on),)  # not a call: the tracer skips it
+                        ns = now()  # after the checks: the call starts right after this
+                        log += ((code, at, op, tid, ns, on),)  # not a call: the tracer skips it
                         break
                     if k == _OURS:
                         break
+                    direct = False
                     f = f.f_back
             guard.busy = True
             try:
-                return original(*args, **kwargs)
+                return original(*args, **kwargs) if kwargs else original(*args)
             finally:
                 guard.busy = False
 
@@ -476,11 +531,19 @@ class SyncSiteRecorder:
     ) -> list[dict[str, Any]]:
         """The sidecar's ``sync_sites``, ordered by first call. ``count`` and ``first_us`` cover every call;
         ``since_us``/``until_us`` (trace clock) keep only the ``times_us`` inside that span."""
-        grouped: dict[tuple[CodeType, int, str, int, bool], list[float]] = {}
-        for code, line, op, tid, ns, on in list(self._log):
-            grouped.setdefault((code, line, op, tid, on), []).append((ns - TRACE_BASE_NS) / 1000.0)
+        grouped: dict[tuple[int, int, str, int, bool], list[float]] = {}
+        lines: dict[tuple[int, int], int] = {}
+        codes: dict[int, CodeType] = {}  # by id: code objects are slow to hash
+        for code, at, op, tid, ns, on in list(self._log):
+            key = (id(code), at)
+            line = lines.get(key)
+            if line is None:
+                line = lines[key] = _line_of(code, at)
+                codes[id(code)] = code
+            grouped.setdefault((id(code), line, op, tid, on), []).append((ns - TRACE_BASE_NS) / 1000.0)
         out: list[dict[str, Any]] = []
-        for (code, line, op, tid, on), times in grouped.items():
+        for (code_id, line, op, tid, on), times in grouped.items():
+            code = codes[code_id]
             kept = [
                 t
                 for t in times

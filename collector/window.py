@@ -4,8 +4,12 @@ while torch collects and writes it.
 - **Never the imports**: ``FirstOpTrigger`` opens the window at the program's first torch call (a
   ``TorchFunctionMode`` that fires once and then only passes calls through until it is removed at the
   first step), so a program that fails while importing, or imports for seconds, records nothing.
-- **An event budget**: ``budget_steps`` turns the events of the first step (counted when its recording
-  is dropped) into the number of steps that stay under ``--max-events``; the note says what was cut.
+- **An event budget**: a window without steps (the whole run, ``--duration``) ends when the torch calls
+  it has seen (``FirstOpTrigger``) make about ``--max-events`` events (``EVENTS_PER_CALL``). In steps
+  mode ``budget_steps`` turns the events of one step into the number of steps that stay
+  under ``--max-events``; the note says what was cut. The step measured is the second one, recorded
+  alone while it is skipped (the first carries the warm-up: lazy initialisation, optimizer state), or,
+  with ``--skip 0``, the first (counted when its recording is dropped).
 - **Progress**: ``Heartbeat`` says, every few seconds, what torch is doing while it stops the profiler
   and writes the trace (minutes for millions of events), instead of silence.
 
@@ -19,19 +23,24 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from collector.modes import ThreadMode
+
 DEFAULT_MAX_EVENTS = 500_000  # about 10 MB of gzip trace; torch writes it in tens of seconds on one core
 
 
-def budget_steps(first_step_events: int, max_events: int, steps: int) -> tuple[int, str | None]:
-    """How many steps to record when one step made ``first_step_events`` events, and a note when that is
-    fewer than ``steps``. ``max_events`` 0 means no budget. At least one step is always recorded."""
-    if max_events <= 0 or first_step_events <= 0:
+def budget_steps(
+    step_events: int, max_events: int, steps: int, measured: str = "the first step"
+) -> tuple[int, str | None]:
+    """How many steps to record when one step (``measured``, named in the note) made ``step_events``
+    events, and a note when that is fewer than ``steps``. ``max_events`` 0 means no budget. At least
+    one step is always recorded."""
+    if max_events <= 0 or step_events <= 0:
         return steps, None
-    fit = max(1, max_events // first_step_events)
+    fit = max(1, max_events // step_events)
     if fit >= steps:
         return steps, None
     return fit, (
-        f"the first step made about {first_step_events:,} events; profiling {fit} step(s) instead of "
+        f"{measured} made about {step_events:,} events; profiling {fit} step(s) instead of "
         f"{steps} to stay under --max-events {max_events:,} (raise it, or --max-events 0, for more)"
     )
 
@@ -47,12 +56,24 @@ def recorded_events(prof: Any) -> int:
         return 0
 
 
+# Kineto events per torch call made from Python, to turn the calls a window without steps has made into
+# an estimate of its events: 2.6-4.5 measured on CPU-only loops (training with SGD/Adam, a decode loop,
+# matmuls; torch 2.13), so 5 errs early. With CUDA each call's kernels and launches add records: 8 is
+# assumed there, not measured. The note reports the real count of the trace.
+EVENTS_PER_CALL = 5
+EVENTS_PER_CALL_CUDA = 8
+
+
 class FirstOpTrigger:
     """Calls ``fire()`` once, on the first torch function called on this thread after ``install()``.
-    After firing it only passes calls through (a mode cannot leave torch's stack from inside its own
-    handler); ``remove()`` takes it off when it is on top of this thread's stack."""
+    After firing it passes calls through (a mode cannot leave torch's stack from inside its own
+    handler), counting them when ``limit`` is set: at the ``limit``-th call after firing it calls
+    ``on_limit()`` once, after that call (the event budget of a window without steps). ``remove()``
+    takes it off when it is on top of this thread's stack."""
 
-    def __init__(self, fire: Callable[[], None]) -> None:
+    def __init__(
+        self, fire: Callable[[], None], on_limit: Callable[[], None] | None = None, limit: int = 0
+    ) -> None:
         from torch.overrides import TorchFunctionMode
 
         trigger = self
@@ -68,28 +89,28 @@ class FirstOpTrigger:
                 if not trigger.fired:
                     trigger.fired = True
                     fire()
-                return func(*args, **(kwargs or {}))
+                elif trigger.limit:
+                    trigger.calls += 1
+                    if trigger.calls >= trigger.limit:
+                        trigger.limit = 0
+                        out = func(*args, **kwargs) if kwargs else func(*args)
+                        if on_limit is not None:
+                            on_limit()
+                        return out
+                return func(*args, **kwargs) if kwargs else func(*args)
 
         self.fired = False
-        self._mode: Any = _FirstOp()
-        self._thread = threading.get_ident()
-        self._installed = False
+        self.calls = 0
+        self.limit = limit if on_limit is not None else 0
+        self._slot = ThreadMode(_FirstOp())
 
     def install(self) -> None:
-        self._mode.__enter__()
-        self._installed = True
+        self._slot.install()
 
     def remove(self) -> None:
         """Take the mode off this thread's stack when it is on top (another mode above it stays, and ours
         with it, as a pass-through)."""
-        if not self._installed or threading.get_ident() != self._thread:
-            return
-        import torch
-
-        depth = torch._C._len_torch_function_stack()
-        if depth and torch._C._get_function_stack_at(depth - 1) is self._mode:
-            self._mode.__exit__(None, None, None)
-            self._installed = False
+        self._slot.remove()
 
 
 class Heartbeat:

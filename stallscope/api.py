@@ -14,7 +14,7 @@ from types import TracebackType
 from typing import ParamSpec, TypeVar
 
 from collector import session as _session
-from collector.bundle import default_output
+from collector.bundle import output_for
 from collector.recording import Recorder, Recording
 from collector.session import ProfileOptions
 
@@ -47,7 +47,7 @@ class Profile:
     def __enter__(self) -> Profile:
         if _session.active() is not None:
             return self
-        output = self.output if self.output is not None else default_output(self.name)
+        output = output_for(self.output, self.name)  # under torchrun: rank<N> inside it
         program = Path(sys.argv[0]).resolve().parent if sys.argv and sys.argv[0] else None
         self._recorder = Recorder(self.options, output, list(sys.argv), program)
         self._recorder.start()

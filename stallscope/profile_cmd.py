@@ -45,8 +45,9 @@ def configure(p: argparse.ArgumentParser) -> None:
         type=int,
         default=DEFAULT_MAX_EVENTS,
         metavar="N",
-        help=f"profile fewer steps when the first step shows more would exceed N events "
-        f"(default {DEFAULT_MAX_EVENTS:,}; 0: no limit)",
+        help=f"event budget: profile fewer steps when a measured step shows more would exceed N events, "
+        f"or end a window without steps (whole run, --duration) at about N (default {DEFAULT_MAX_EVENTS:,}; "
+        "0: no limit)",
     )
     p.add_argument("--no-analyze", action="store_true", help="write the bundle, do not print the verdict")
     p.add_argument(
@@ -60,7 +61,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from collector.bundle import default_output
+    from collector.bundle import output_for
     from collector.recording import record
     from collector.run import run_module, run_script
     from collector.session import ProfileOptions, Session, require_torch
@@ -85,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
         name, program_dir = _check_script(target), Path(target).resolve().parent
     options = replace(options, auto_steps=not _marks_steps(target, args.module))
     require_torch()
-    output = args.output or default_output(name)
+    output = output_for(args.output, name)  # under torchrun: rank<N> inside it
 
     def say(message: str) -> None:
         print(f"stallscope: {message}", file=sys.stderr, flush=True)

@@ -186,3 +186,123 @@ def test_stderr_and_trace_number_steps_alike(tmp_path: Path, capsys: pytest.Capt
     first, last = (int(x) for x in said.split("-"))
     assert last - first == 1
     assert _steps(_events(out)) == [f"ProfilerStep#{first}", f"ProfilerStep#{last}"]
+
+
+DECODE = """\
+import torch
+from torch.autograd import _profiler_enabled
+from torch.overrides import _get_current_function_mode_stack as modes
+
+model = torch.nn.Linear(4, 4)
+x = torch.randn(2, 4)
+label = torch.tensor([3])  # made on the host from a Python int: never on the accelerator
+with torch.no_grad():
+    for i in range(10):
+        tok = model(x).argmax()
+        tok.item()
+        label.item()
+        print("STEP", len(modes()), _profiler_enabled())
+"""
+
+
+def test_origin_tracking_is_off_inside_the_window_and_sites_keep_their_verdict(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a CPU-only inference loop reading a model output and a host-made tensor every step
+    script = _program(tmp_path, DECODE)
+    out = tmp_path / "o"
+    window = ["--skip", "2", "--warmup", "0", "--steps", "3"]
+    # WHEN profiled
+    assert main(["profile", "-o", str(out), "--no-analyze", *window, str(script)]) == 0
+    # THEN no torch-function mode slows the profiled steps (origin tracking is off there), but it was on
+    # for the step before them, where the sites were learnt (the first iteration, before any step
+    # boundary, is the setup's recording, dropped at the first step, under the first-op trigger too;
+    # the second, skipped, step is recorded alone to measure a step's events)
+    steps = [line.split()[1:] for line in capsys.readouterr().out.splitlines() if line.startswith("STEP")]
+    assert len(steps) == 10
+    profiled = [i for i, (_, on) in enumerate(steps) if on == "True" and i > 0]
+    assert profiled == [1, 3, 4, 5]  # the second step is the event budget's probe; 3-5 the window
+    assert [mode for mode, _ in steps] == ["2", "0", "1", "0", "0", "0", "0", "0", "0", "0"]
+    # AND the model output's read is a would-be sync in each recorded step, the host tensor's is not
+    sites = json.loads((out / SIDECAR_NAME).read_text())["sync_sites"]
+    by_line = {s["line"]: s for s in sites if s["op"] == "Tensor.item"}
+    assert (by_line[11]["on_device"], by_line[11]["count"]) == (True, 3)
+    assert (by_line[12]["on_device"], by_line[12]["count"]) == (False, 3)
+
+
+WARMUP_HEAVY = """\
+import torch
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(*[torch.nn.Linear(16, 16) for _ in range(4)])
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x = torch.randn(4, 16)
+for i in range(12):
+    if i == 0:  # warm-up work of the first iteration only (lazy setup, caches)
+        for _ in range(400):
+            torch.zeros(2).add_(1)
+    loss = model(x).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_event_budget_measures_a_step_after_the_warm_up(tmp_path: Path) -> None:
+    # GIVEN a loop whose first iteration makes several times the events of the others, and a budget
+    # that holds three ordinary steps but not one first step
+    script = _program(tmp_path, WARMUP_HEAVY)
+    out = tmp_path / "o"
+    args = ["--skip", "2", "--warmup", "0", "--steps", "3", "--max-events", "1000"]
+    # WHEN profiled
+    assert main(["profile", "-o", str(out), "--no-analyze", *args, str(script)]) == 0
+    # THEN the budget was judged on a step after the warm-up: all three steps are recorded, with no note
+    assert len(_steps(_events(out))) == 3
+    assert not any("--max-events" in n for n in _notes(out))
+    assert len(_events(out)) < 1000 * 1.2
+
+
+NO_STEPS = """\
+import torch
+
+x = torch.randn(8, 8)
+for _ in range(3000):  # no optimizer, no module, no stallscope.step(): a window without steps
+    y = (x @ x).relu().sum()
+print("DONE")
+"""
+
+
+@pytest.mark.parametrize("mode", [[], ["--duration", "60"]], ids=["whole_run", "duration"])
+def test_event_budget_ends_a_window_without_steps(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], mode: list[str]
+) -> None:
+    # GIVEN a program without steps making about 12,000 torch calls, WHEN profiled whole (or for 60 s)
+    # under a budget of 2,000 events
+    script = _program(tmp_path, NO_STEPS)
+    out = tmp_path / "o"
+    assert main(["profile", "-o", str(out), "--no-analyze", *mode, "--max-events", "2000", str(script)]) == 0
+    # THEN the program ran to its end, the window ended early near the budget, and the note (on stderr
+    # and in the sidecar) says how many events it holds and how long it lasted
+    assert "DONE" in capsys.readouterr().out
+    ops = [e for e in _events(out) if e.get("cat") == "cpu_op"]
+    assert 0 < len(ops) <= 2000
+    note = next(n for n in _notes(out) if n.startswith("--max-events 2,000"))
+    assert "ended early" in note and "s after the first torch call" in note
+    assert ("--duration 60 s window" in note) == bool(mode)
+    recorded = int(note.split("(")[1].split(" events")[0].replace(",", ""))
+    assert recorded >= len(ops)
+
+
+def test_a_step_after_a_budget_cut_setup_still_gets_its_window(tmp_path: Path) -> None:
+    # GIVEN a program whose setup makes more torch calls than the budget allows, then trains
+    setup = "import torch\n\nfor _ in range(2000):\n    torch.zeros(4).add_(1)\n"
+    script = _program(tmp_path, setup + TRAIN.format(n=8).split("import torch\n", 1)[1])
+    out = tmp_path / "o"
+    args = ["--skip", "1", "--warmup", "0", "--steps", "2", "--max-events", "3000"]
+    # WHEN profiled
+    assert main(["profile", "-o", str(out), "--no-analyze", *args, str(script)]) == 0
+    # THEN the setup's cut recording gave way to the scheduled window, and no note speaks of the cut
+    run = json.loads((out / SIDECAR_NAME).read_text())["run"]
+    assert run["window"] == "steps"
+    assert len(_steps(_events(out))) == 2
+    assert not any("ended early" in n for n in _notes(out))

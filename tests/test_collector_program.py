@@ -127,3 +127,84 @@ def test_forward_calls_inside_an_optimizer_step_are_not_steps(tmp_path: Path) ->
     run = json.loads((out / SIDECAR_NAME).read_text())["run"]
     # THEN the optimizer marks the steps: 4 of them
     assert (run["step_source"], run["steps_seen"]) == ("optimizer", 4)
+
+
+GENERATE = """\
+import torch
+
+
+class TinyLM(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(16, 8)
+        self.head = torch.nn.Linear(8, 16)
+
+    def forward(self, ids):
+        return self.head(self.embed(ids))
+
+    @torch.no_grad()
+    def generate(self, ids, max_new_tokens):
+        for _ in range(max_new_tokens):
+            nxt = self(ids)[:, -1].argmax(-1, keepdim=True)
+            ids = torch.cat([ids, nxt], dim=1)
+        return ids
+
+
+model = TinyLM()
+prompt = torch.tensor([[1, 2]])
+for _ in range(6):
+    out = model.generate(prompt, max_new_tokens=5)
+print("GENERATED", out.shape[1])
+"""
+
+
+def test_generate_calls_are_the_steps_of_a_generation_loop(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN an HF-style loop: 6 model.generate(...) calls, each calling the model 5 times
+    out = _run(tmp_path, GENERATE, *FAST)
+    run = json.loads((out / SIDECAR_NAME).read_text())["run"]
+    # THEN each generate call is one step (6 calls, 5 boundaries), not each token's forward
+    assert (run["step_source"], run["steps_seen"], run["window"]) == ("generate", 5, "steps")
+    names = [s.name for s in load(out, use_cache=False).models[0].steps]
+    assert names == ["ProfilerStep#2", "ProfilerStep#3"]
+    # AND the program's generate still works
+    assert "GENERATED 7" in capsys.readouterr().out
+
+
+def test_forward_steps_unwrap_generate_when_removed() -> None:
+    from collector.program import ForwardSteps
+
+    namespace: dict[str, Any] = {}
+    exec(GENERATE.split("model = TinyLM()")[0], namespace)
+    model, prompt = namespace["TinyLM"](), torch.tensor([[1, 2]])
+    marked: list[int] = []
+    steps = ForwardSteps(lambda: marked.append(1))
+    steps.install()
+    try:
+        for _ in range(3):
+            model.generate(prompt, max_new_tokens=4)
+        model(prompt)  # a forward outside generate, once generate marks the steps: no step
+    finally:
+        steps.remove()
+    assert (steps.generate, len(marked)) == (True, 2)
+    assert "generate" not in vars(model)  # the instance wrapper is gone
+
+
+def test_each_rank_of_a_distributed_launch_writes_its_own_bundle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from collector.bundle import output_for
+
+    # GIVEN two ranks of a torchrun job (RANK / WORLD_SIZE in the environment) profiled with one -o
+    for rank in (0, 1):
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        _run(tmp_path, INFERENCE, *FAST)
+    # THEN each wrote its bundle inside it, as rank<N>: one folder of ranks
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["rank0", "rank1"]
+    assert all(bundle_trace(tmp_path / "o" / f"rank{r}") is not None for r in (0, 1))
+    # AND without -o the ranks share a timestamped folder; a world of one is no job
+    auto = output_for(None, "train", {"RANK": "3", "WORLD_SIZE": "4"})
+    assert auto.name == "rank3" and auto.parent.name.startswith("train-")
+    assert output_for("out", "train", {"RANK": "0", "WORLD_SIZE": "1"}) == Path("out")
