@@ -9,11 +9,12 @@ every size, a superlinear one grows.
 ``--baseline REV`` runs the same children against a git revision checked out as a temporary
 ``git worktree`` (removed afterwards), each size right after this tree's so both see the same machine,
 and prints both tables with the ratios side by side. ``--warm`` loads the model from the Parquet model
-cache (filled by an untimed child first, in a temporary cache directory per tree), so the table is the
-analysis alone; ``--repeat N`` keeps each stage's fastest of N children.
+cache (filled by an untimed child first, in a temporary cache directory both trees share), so the table
+is the analysis alone; ``--repeat N`` keeps each stage's fastest of N children; ``--clock cpu`` reports
+each child's CPU seconds, steadier than wall seconds when other work shares the machine.
 
     .venv/bin/python benchmarks/bench_scaling.py [--events 100000,1000000,3000000,10000000]
-        [--baseline main] [--warm] [--repeat 1] [--source TRACE]
+        [--baseline main] [--warm] [--repeat 1] [--clock wall|cpu] [--source TRACE]
 """
 
 from __future__ import annotations
@@ -45,21 +46,22 @@ try:  # the same bytes without an object per critical-path segment, where the tr
     from analyzer.output import encode_analysis
 except ImportError:
     encode_analysis = lambda a: encode_json(to_json(a))
-times = {}
-t = time.perf_counter()
+times, cpu = {}, {}
+t, c = time.perf_counter(), time.process_time()
 model = load_file(Path(sys.argv[1]), use_cache=sys.argv[2] == "warm")
-times["decode+build"] = time.perf_counter() - t
-last = ["", time.perf_counter()]
+times["decode+build"], cpu["decode+build"] = time.perf_counter() - t, time.process_time() - c
+last = ["", time.perf_counter(), time.process_time()]
 def stage(name):
-    now = time.perf_counter()
+    now, now_cpu = time.perf_counter(), time.process_time()
     if last[0]:
         times[last[0]] = times.get(last[0], 0.0) + now - last[1]
-    last[0], last[1] = name, now
+        cpu[last[0]] = cpu.get(last[0], 0.0) + now_cpu - last[2]
+    last[0], last[1], last[2] = name, now, now_cpu
 result = analyze_model(model, stage=stage)
 stage("output")
 encode_analysis(result)
 stage("")
-print(json.dumps({"events": len(model.events), "times": times, "analyzer": analyzer.__file__,
+print(json.dumps({"events": len(model.events), "times": times, "cpu": cpu, "analyzer": analyzer.__file__,
                   "bottleneck": result.summary.bottleneck,
                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
@@ -86,7 +88,7 @@ class Tree:
     cache: Path  # XDG_CACHE_HOME of its children (--warm)
 
 
-def run_child(tree: Tree, trace: Path, warm: bool) -> dict[str, Any]:
+def run_child(tree: Tree, trace: Path, warm: bool, clock: str = "wall") -> dict[str, Any]:
     """One child process in ``tree`` (its working directory comes first on ``sys.path``)."""
     env = {**os.environ, "XDG_CACHE_HOME": str(tree.cache), "PYTHONPATH": str(tree.root)}
     args = [sys.executable, "-c", CHILD, str(trace), "warm" if warm else "cold"]
@@ -96,6 +98,8 @@ def run_child(tree: Tree, trace: Path, warm: bool) -> dict[str, Any]:
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     if not Path(result["analyzer"]).resolve().is_relative_to(tree.root.resolve()):
         raise SystemExit(f"the child in {tree.root} imported {result['analyzer']}")
+    if clock == "cpu":  # the tables read "times": CPU seconds instead of wall seconds
+        result["times"] = result["cpu"]
     return result
 
 
@@ -209,12 +213,19 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--baseline", metavar="REV", help="a git revision to run side by side")
     parser.add_argument("--warm", action="store_true", help="load from the model cache (analysis alone)")
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="seconds of wall time, or of the child's CPU time (steadier on a shared machine)",
+    )
     args = parser.parse_args(argv)
     sizes = [int(x) for x in args.events.split(",")]
     with tempfile.TemporaryDirectory(prefix="bench-scaling-") as tmp:
-        trees = [Tree("this tree", ROOT, Path(tmp) / "cache-new")]
+        cache = Path(tmp) / "cache"  # one model cache for both trees: a model is decoded once per size
+        trees = [Tree("this tree", ROOT, cache)]
         if args.baseline:
-            trees.append(Tree(args.baseline, checkout(args.baseline, Path(tmp)), Path(tmp) / "cache-base"))
+            trees.append(Tree(args.baseline, checkout(args.baseline, Path(tmp)), cache))
         try:
             rows = measure(trees, sizes, args)
         finally:
@@ -224,6 +235,8 @@ def main(argv: list[str]) -> int:
                 )
     load = os.getloadavg()
     print(f"load average at the end: {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1 / 5 / 15 min)")
+    how = "CPU seconds of each child" if args.clock == "cpu" else "wall seconds"
+    print(f"{how}; model {'from the model cache (warm)' if args.warm else 'decoded (cold)'}")
     print()
     lines = stage_table("this tree", rows[0])
     if args.baseline:
@@ -239,11 +252,11 @@ def measure(trees: list[Tree], sizes: list[int], args: argparse.Namespace) -> li
     for n in sizes:
         trace = tiled_trace(args.source, n)
         for tree, out in zip(trees, rows, strict=True):
-            if args.warm:
+            if args.warm and tree is trees[0]:
                 run_child(tree, trace, warm=True)  # fills the cache, untimed
             load = os.getloadavg()[0]
             print(f"{tree.label}: {trace.name} (load average {load:.1f}) ...", file=sys.stderr, flush=True)
-            out[n] = fastest([run_child(tree, trace, args.warm) for _ in range(args.repeat)])
+            out[n] = fastest([run_child(tree, trace, args.warm, args.clock) for _ in range(args.repeat)])
     return rows
 
 
