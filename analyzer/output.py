@@ -37,18 +37,7 @@ def _summary(s: Summary) -> dict[str, Any]:
     return asdict(s)
 
 
-def encode_analysis(a: Analysis, extra: dict[str, Any] | None = None) -> bytes:
-    """``encode_json(to_json(a) | extra)``, byte for byte, without a Python object per critical-path
-    segment: the segments (a million on a 10M-event trace) are encoded a chunk at a time and put in the
-    document as raw JSON, which saves most of the output's time and memory on large traces."""
-    doc = to_json(a, segments=False) | (extra or {})
-    if doc["critical_path"] is not None:
-        doc["critical_path"]["segments"] = msgspec.Raw(_segments_json(a))
-    return encode_json(doc)
-
-
-def to_json(a: Analysis, segments: bool = True) -> dict[str, Any]:
-    """The analysis document (``segments=False``: the critical path without its segment list)."""
+def to_json(a: Analysis) -> dict[str, Any]:
     m = a.model
     sync_of = {c: s.id for s in a.syncs for c in s.calls}
     report = m.report
@@ -98,7 +87,7 @@ def to_json(a: Analysis, segments: bool = True) -> dict[str, Any]:
             }
             for d in a.devices
         ],
-        "critical_path": _critical(a, segments),
+        "critical_path": _critical(a),
         "gaps": [_gap(a, g, sync_of) for g in a.gaps],
         "syncs": [_sync(a, s) for s in a.syncs],
         "findings": [
@@ -164,87 +153,36 @@ def _run_steps(a: Analysis) -> dict[str, Any] | None:
     }
 
 
-def _critical(a: Analysis, segments: bool = True) -> dict[str, Any] | None:
+def _critical(a: Analysis) -> dict[str, Any] | None:
     cp = a.critical
     if cp is None:
         return None
-    out: dict[str, Any] = {
-        "length_us": cp.length_us,
-        "breakdown_us": {k.value: v for k, v in cp.breakdown_us.items()},
-        "bottleneck": cp.bottleneck.value,
-    }
-    if segments:
-        out["segments"] = _segments(a, 0, len(cp.kind))
-    return out
-
-
-def _segments(a: Analysis, lo: int, hi: int) -> list[dict[str, Any]]:
-    """The critical path's segments ``lo:hi`` as JSON objects."""
-    cp, m = a.critical, a.model
-    assert cp is not None
+    m = a.model
     kinds = [k.value for k in Kind]
     labels = [lane.label for lane in m.lanes]
     names = m.events.name
-    events = cp.event[lo:hi]
-    named = (
-        np.where(events >= 0, names[np.maximum(events, 0)], -1).tolist() if len(names) else [-1] * len(events)
-    )
-    return [
-        {
-            "kind": kinds[k],
-            "lane": labels[lane],
-            "name": m.strings[n] if n >= 0 else "",
-            "start_us": start,
-            "end_us": end,
-        }
-        for k, lane, n, start, end in zip(
-            cp.kind[lo:hi].tolist(),
-            cp.lane[lo:hi].tolist(),
-            named,
-            cp.start_us[lo:hi].tolist(),
-            cp.end_us[lo:hi].tolist(),
-            strict=True,
-        )
-    ]
-
-
-class _Segment(msgspec.Struct):
-    """One segment as the encoder writes it: the same object, keys in the same order, as ``_segments``."""
-
-    kind: str
-    lane: str
-    name: str
-    start_us: float
-    end_us: float
-
-
-_SEGMENT_CHUNK = 1 << 16
-
-
-def _segments_json(a: Analysis) -> bytes:
-    """The segment list as compact JSON, encoded a chunk at a time from the columns (the strings looked
-    up with arrays, one small struct per segment while its chunk is encoded)."""
-    cp, m = a.critical, a.model
-    if cp is None:
-        return b"[]"
-    kinds = np.array([k.value for k in Kind], dtype=object)
-    labels = np.array([lane.label for lane in m.lanes], dtype=object)
-    strings = np.array([*m.strings, ""], dtype=object)  # the last: no event
-    names = m.events.name
-    parts = []
-    for lo in range(0, len(cp.kind), _SEGMENT_CHUNK):
-        events = cp.event[lo : lo + _SEGMENT_CHUNK]
-        named = np.where(events >= 0, names[np.maximum(events, 0)] if len(names) else -1, len(strings) - 1)
-        chunk = map(
-            _Segment,
-            kinds[cp.kind[lo : lo + _SEGMENT_CHUNK]].tolist(),
-            labels[cp.lane[lo : lo + _SEGMENT_CHUNK]].tolist(),
-            strings[named].tolist(),
-            cp.start_us[lo : lo + _SEGMENT_CHUNK].tolist(),
-            cp.end_us[lo : lo + _SEGMENT_CHUNK].tolist(),
-        )
-        parts.append(_ENCODER.encode(list(chunk))[1:-1])
-    return b"[" + b",".join(parts) + b"]"
+    return {
+        "length_us": cp.length_us,
+        "breakdown_us": {k.value: v for k, v in cp.breakdown_us.items()},
+        "bottleneck": cp.bottleneck.value,
+        "segments": [
+            {
+                "kind": kinds[k],
+                "lane": labels[lane],
+                "name": m.strings[int(names[e])] if e >= 0 else "",
+                "start_us": lo,
+                "end_us": hi,
+            }
+            for k, lane, e, lo, hi in zip(
+                cp.kind.tolist(),
+                cp.lane.tolist(),
+                cp.event.tolist(),
+                cp.start_us.tolist(),
+                cp.end_us.tolist(),
+                strict=True,
+            )
+        ],
+    }
 
 
 def _site(site: CallSite | None) -> dict[str, Any] | None:

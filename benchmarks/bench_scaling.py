@@ -42,10 +42,6 @@ import analyzer
 from analyzer.analysis import analyze_model
 from analyzer.loader import load_file
 from analyzer.output import encode_json, to_json
-try:  # the same bytes without an object per critical-path segment, where the tree has it
-    from analyzer.output import encode_analysis
-except ImportError:
-    encode_analysis = lambda a: encode_json(to_json(a))
 times, cpu = {}, {}
 t, c = time.perf_counter(), time.process_time()
 model = load_file(Path(sys.argv[1]), use_cache=sys.argv[2] == "warm")
@@ -59,7 +55,7 @@ def stage(name):
     last[0], last[1], last[2] = name, now, now_cpu
 result = analyze_model(model, stage=stage)
 stage("output")
-encode_analysis(result)
+encode_json(to_json(result))
 stage("")
 print(json.dumps({"events": len(model.events), "times": times, "cpu": cpu, "analyzer": analyzer.__file__,
                   "bottleneck": result.summary.bottleneck,
