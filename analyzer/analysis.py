@@ -25,6 +25,7 @@ from analyzer.replay import Scenario, make_frame
 from analyzer.runtiming import RunTiming, run_timing
 from analyzer.sidecar import Sidecar
 from analyzer.syncs import Sync, find_syncs
+from analyzer.tops import Tops, top_tables
 from analyzer.verdict import Verdict, decide
 from analyzer.whatif import AvoidablePolicy, WhatIfReport, host_only, what_if
 
@@ -117,6 +118,7 @@ class Analysis:
     notes: tuple[str, ...] = ()
     verdict: Verdict | None = None  # the bottleneck, how it was decided, and its evidence
     warnings: tuple[str, ...] = ()  # contradictions the self-check found (analyzer.consistency)
+    tops: Tops | None = None  # the top ops and kernels (made once here, so that no view rescans events)
 
     @property
     def report(self) -> LoadReport:
@@ -328,7 +330,8 @@ def analyze_model(
         verdict=verdict,
     )
     say("findings")
-    result = replace(result, findings=find_findings(result))
+    tops = top_tables(model, window.start_us, window.end_us)
+    result = replace(result, findings=find_findings(result), tops=tops)
     say("self-check")
     return replace(result, warnings=consistency.check(result))
 

@@ -15,7 +15,8 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from analyzer.graph import Graph
+from analyzer.edges import has_waits
+from analyzer.graph import Graph, per_call
 from analyzer.model import F64, I64
 
 
@@ -129,20 +130,26 @@ class _Walk:
             idx = np.flatnonzero(g.call_lane == lane)
             self.calls_by_lane[lane] = (np.maximum.accumulate(g.call_end[idx]), idx)
             position[idx] = np.arange(len(idx))
-        self.position = position.tolist()  # a call's place among its thread's calls
-        self.c_start, self.c_end = g.call_start.tolist(), g.call_end.tolist()
-        self.c_lane, self.c_event = g.call_lane.tolist(), g.call_event.tolist()
-        self.c_awaited, self.c_waits = g.call_awaited.tolist(), g.call_waits
-        self.c_dep, self.c_dep_at = g.call_dep.tolist(), g.call_dep_at.tolist()
-        self.a_start, self.a_end = g.act_start.tolist(), g.act_end.tolist()
-        self.a_lane, self.a_event = g.act_lane.tolist(), g.act_event.tolist()
-        self.a_call, self.a_prev, self.a_waits = g.act_call.tolist(), g.act_prev.tolist(), g.act_waits
-        self.a_wait_gap = g.act_wait_gap
-        self.a_from_return = g.act_from_return.tolist()
-        self.a_latency, self.a_queue_gap = g.act_latency.tolist(), g.act_queue_gap.tolist()
-        self.a_typical, self.a_bound = g.act_typical.tolist(), g.act_bound.tolist()
+        # the columns stay arrays, read one value at a time with ``.item`` (a Python number): the walk
+        # touches a few nodes per crossing between host and device, converting whole columns costs more
+        self.position = position  # a call's place among its thread's calls
+        self.c_start, self.c_end = g.call_start, g.call_end
+        self.c_lane, self.c_event = g.call_lane, g.call_event
+        self.c_awaited, self.c_waits = g.call_awaited, g.call_waits
+        self.c_dep, self.c_dep_at = g.call_dep, g.call_dep_at
+        self.a_start, self.a_end = g.act_start, g.act_end
+        self.a_lane, self.a_event = g.act_lane, g.act_event
+        self.a_from_return = g.act_from_return
+        self.a_typical, self.a_bound = g.act_typical, g.act_bound
         self.budget = 4 * (g.calls + g.activities) + 1000  # steps: each consumes a call or goes back
         self.stopped = ""
+        how, who = _predecessors(g)
+        self.pred_how, self.pred_who = how, who
+        # stream-order steps in a row: from activity a, the walk goes to a - 1, a - 2, ... on its stream
+        # while each one's latest predecessor is the previous activity there (done with arrays, see _run_stream)
+        idx = np.arange(g.activities)
+        by_stream = (how == _STREAM) & (who == idx - 1)
+        self.chain = idx - np.maximum.accumulate(np.where(by_stream, -1, idx)) if len(idx) else idx
 
     def add(self, kind: Kind, lane: int, event: int, lo: float, hi: float) -> bool:
         """Record [lo, hi] clipped to the window; False once the window's start is reached."""
@@ -185,10 +192,64 @@ class _Walk:
                 at, seen = t, set()
             elif state in seen or self.budget < 0 or t > at + 1e-6:
                 self.stopped = "the recorded order has a cycle (an edge back in time): the rest is idle"
-                self.add(Kind.IDLE, node if kind == "host" else self.a_lane[node], -1, self.start, min(t, at))
+                self.add(
+                    Kind.IDLE, node if kind == "host" else self.a_lane.item(node), -1, self.start, min(t, at)
+                )
                 return
             seen.add(state)
-            state = self.host_step(node, t, below) if kind == "host" else self.device_step(node, t)
+            if kind == "host":
+                state = self.host_step(node, t, below)
+            elif self.chain.item(node) > 1 and self.budget >= self.chain.item(node):
+                state, at, seen = self._run_stream(node, t, at, seen)
+            else:
+                state = self.device_step(node, t)
+
+    def _run_stream(self, a: int, t: float, at: float, seen: set[State]) -> tuple[State, float, set[State]]:
+        """``device_step`` repeated down a run of stream-order predecessors (a, a - 1, ...), as arrays:
+        the same segments, states, cycle checks and budget as the steps one by one. Returns the next
+        state and the walk's ``at`` and ``seen`` after the run."""
+        m = self.chain.item(a)
+        nodes = np.arange(a, a - m, -1)
+        a_start = self.a_start[nodes]
+        x = np.minimum(a_start, self.a_end[nodes - 1])
+        times = np.minimum.accumulate(np.concatenate(([t], x)))  # times[j]: the walk's time at nodes[j]
+        if not np.isfinite(times).all():
+            return self.device_step(a, t), at, seen
+        # states after the first that the one-by-one walk could find seen already: a cycle it reports
+        visit = m
+        for j in range(1, m):
+            tj = float(times[j])
+            if tj < at:
+                break
+            if ("device", int(nodes[j]), tj, -1) in seen:
+                visit = j
+                break
+        starts = np.minimum(a_start[:visit], times[:visit])
+        los = np.stack([starts, times[1 : visit + 1]], axis=1).ravel()
+        his = np.stack([np.minimum(self.a_end[nodes[:visit]], times[:visit]), starts], axis=1).ravel()
+        events = np.stack([self.a_event[nodes[:visit]], np.full(visit, -1)], axis=1).ravel()
+        kinds = np.tile(np.array([_INDEX[Kind.DEVICE], _INDEX[Kind.IDLE]]), visit)
+        done = np.flatnonzero(los <= self.start)  # the window's start reached: the walk ends there
+        end = int(done[0]) + 1 if len(done) else len(los)
+        lo_c = np.maximum(los[:end], self.start)
+        keep = his[:end] > lo_c
+        n = int(np.count_nonzero(keep))
+        self.kind.extend(kinds[:end][keep].tolist())
+        self.lane.extend([self.a_lane.item(a)] * n)
+        self.event.extend(events[:end][keep].tolist())
+        self.lo.extend(lo_c[keep].tolist())
+        self.hi.extend(his[:end][keep].tolist())
+        if len(done):
+            return None, at, seen
+        self.budget -= visit - 1  # the states after the first (the walk's loop counts the next one)
+        last = float(times[visit - 1])
+        if last < at:  # the time went down in the run: seen holds the states since it last did
+            at, seen = last, set()
+            since = np.flatnonzero(times[1:visit] == last) + 1
+        else:
+            since = np.arange(1, visit)
+        seen.update(("device", int(nodes[j]), float(times[j]), -1) for j in since.tolist())
+        return ("device", a - visit, float(times[visit]), -1), at, seen
 
     def host_step(self, lane: int, t: float, below: int) -> State:
         """At time ``t`` on a host thread: the host work since the last call that ended by then (only
@@ -198,7 +259,7 @@ class _Walk:
         k = int(np.searchsorted(ends, t, side="right")) - 1
         if below >= 0:
             k = min(k, below - 1)
-        end = self.c_end[int(idx[k])] if k >= 0 else self.threads.first(lane)
+        end = self.c_end.item(int(idx[k])) if k >= 0 else self.threads.first(lane)
         handoff = self._handoff(lane, idx, below, max(end, self.start), t)
         if handoff is not None:
             other, at = handoff
@@ -215,21 +276,27 @@ class _Walk:
         if not self.host_work(lane, end, t):
             return None
         waits = self.c_waits[c]
-        if waits and self.c_awaited[c] > self.c_start[c]:
-            a = max(waits, key=self.a_end.__getitem__)
-            done = min(self.a_end[a], end)
-            return ("device", a, done, -1) if self.add(Kind.SYNC, lane, self.c_event[c], done, end) else None
-        start = self.c_start[c]
-        return ("host", lane, start, k) if self.add(Kind.HOST, lane, self.c_event[c], start, end) else None
+        if waits and self.c_awaited.item(c) > self.c_start.item(c):
+            a = max(waits, key=self.a_end.item)
+            done = min(self.a_end.item(a), end)
+            return (
+                ("device", a, done, -1)
+                if self.add(Kind.SYNC, lane, self.c_event.item(c), done, end)
+                else None
+            )
+        start = self.c_start.item(c)
+        return (
+            ("host", lane, start, k) if self.add(Kind.HOST, lane, self.c_event.item(c), start, end) else None
+        )
 
     def _handoff(self, lane: int, idx: I64, below: int, lo: float, t: float) -> tuple[int, float] | None:
         """The thread this one waited for in ``[lo, t]`` and when its work ended: recorded on the call at
         position ``below`` (the walk is at its start), or looked for when the walk is not at a call."""
         if 0 <= below < len(idx):
             c = int(idx[below])
-            dep = self.c_dep[c]
-            if dep >= 0 and t >= self.c_start[c] - 1e-9:
-                return self.c_lane[dep], min(self.c_dep_at[c], t)
+            dep = self.c_dep.item(c)
+            if dep >= 0 and t >= self.c_start.item(c) - 1e-9:
+                return self.c_lane.item(dep), min(self.c_dep_at.item(c), t)
             return None
         h = self.threads.waited_for(lane, lo, t)
         return (h.lane, h.at) if h is not None else None
@@ -249,46 +316,64 @@ class _Walk:
     def device_step(self, a: int, t: float) -> State:
         # clamped: a trace whose launch times disagree with stream order can make a sync await an
         # activity that starts after the sync returned; going forward in time there loops forever
-        lane, start = self.a_lane[a], min(self.a_start[a], t)
-        if not self.add(Kind.DEVICE, lane, self.a_event[a], start, min(self.a_end[a], t)):
+        lane, start = self.a_lane.item(a), min(self.a_start.item(a), t)
+        if not self.add(Kind.DEVICE, lane, self.a_event.item(a), start, min(self.a_end.item(a), t)):
             return None
-        best, how, who = -np.inf, "", -1  # the predecessor that finished last; stream order wins ties
-        c = self.a_call[a]
-        if c >= 0:
-            issued = self.c_end[c] if self.a_from_return[a] else self.c_start[c]
-            best, how, who = issued + self.a_latency[a], "launch", c
-        p = self.a_prev[a]
-        if p >= 0 and self.a_end[p] + self.a_queue_gap[a] >= best:
-            best, how, who = self.a_end[p] + self.a_queue_gap[a], "stream", p
-        for w, gap in zip(self.a_waits[a], self.a_wait_gap[a], strict=True):
-            if self.a_end[w] + gap >= best:
-                best, how, who = self.a_end[w] + gap, "event", w
+        how, who = self.pred_how.item(a), self.pred_who.item(a)
         if who < 0:
             self.add(Kind.IDLE, lane, -1, self.start, start)
             return None
-        if how == "launch":
+        if how == _LAUNCH:
             return self._launch(a, who, start)
-        prev_end = min(self.a_end[who], start)
+        prev_end = min(self.a_end.item(who), start)
         return ("device", who, prev_end, -1) if self.add(Kind.IDLE, lane, -1, prev_end, start) else None
 
     def _launch(self, a: int, c: int, start: float) -> State:
         """From an activity's start back to its launch call: launch latency up to the device's plausible
         bound; a longer delay is the activity being held by something the trace does not show (idle)."""
-        from_return = self.a_from_return[a]
-        issued = min(self.c_end[c] if from_return else self.c_start[c], start)
-        host_lane = self.c_lane[c]
-        if start - issued > self.a_bound[a]:
-            held = min(issued + self.a_typical[a], start)
-            if not self.add(Kind.IDLE, self.a_lane[a], -1, held, start):
+        from_return = self.a_from_return.item(a)
+        issued = min(self.c_end.item(c) if from_return else self.c_start.item(c), start)
+        host_lane = self.c_lane.item(c)
+        if start - issued > self.a_bound.item(a):
+            held = min(issued + self.a_typical.item(a), start)
+            if not self.add(Kind.IDLE, self.a_lane.item(a), -1, held, start):
                 return None
             start = held
-        if not self.add(Kind.LAUNCH, host_lane, self.c_event[c], issued, start):
+        if not self.add(Kind.LAUNCH, host_lane, self.c_event.item(c), issued, start):
             return None
-        pos = self.position[c]
+        pos = self.position.item(c)
         return ("host", host_lane, issued, pos + 1 if from_return else pos)
 
 
 State = tuple[str, int, float, int] | None  # (host | device, lane or activity, time, call bound)
+
+_NONE, _LAUNCH, _STREAM, _EVENT = 0, 1, 2, 3  # an activity's latest predecessor: none, launch, stream, event
+
+
+def _predecessors(g: Graph) -> tuple[npt.NDArray[np.int8], I64]:
+    """Per activity, the predecessor that finished last (stream order wins a tie with the launch, a
+    wait on another stream's work wins a tie with both) and which it is: a call index for ``_LAUNCH``,
+    an activity index otherwise (-1 for ``_NONE``)."""
+    n = g.activities
+    how = np.full(n, _NONE, dtype=np.int8)
+    who = np.full(n, -1, dtype=np.int64)
+    if not n:
+        return how, who
+    linked = g.act_call >= 0
+    issued = np.where(g.act_from_return, per_call(g.call_end, g.act_call), per_call(g.call_start, g.act_call))
+    best = np.where(linked, issued + g.act_latency, -np.inf)
+    how[linked], who[linked] = _LAUNCH, g.act_call[linked]
+    has_prev = g.act_prev >= 0
+    by_stream = np.where(has_prev, g.act_end[np.maximum(g.act_prev, 0)] + g.act_queue_gap, -np.inf)
+    take = has_prev & (by_stream >= best)
+    best = np.where(take, by_stream, best)
+    how[take], who[take] = _STREAM, g.act_prev[take]
+    for a in np.flatnonzero(has_waits(g.act_waits)).tolist():
+        top = float(best[a])
+        for w, gap in zip(g.act_waits[a], g.act_wait_gap[a], strict=True):
+            if float(g.act_end[w]) + gap >= top:
+                top, how[a], who[a] = float(g.act_end[w]) + gap, _EVENT, w
+    return how, who
 
 
 def _merged(walk: _Walk) -> tuple[npt.NDArray[np.int8], I64, I64, F64, F64]:

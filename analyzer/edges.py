@@ -94,7 +94,7 @@ def inferred_waits(
     linked = acts.call >= 0
     ready = np.maximum(np.where(linked, acts.issued + typical, -np.inf), prev_end)
     late = (linked | (acts.prev >= 0)) & (acts.start > ready + max(_INFER_SLACK_US, tol))
-    late &= np.array([not w for w in waits], dtype=np.bool_) if n else late
+    late &= ~has_waits(waits)
     if not streams:
         late &= acts.graph
     if not late.any():
@@ -180,12 +180,16 @@ def _latest(acts: Activities, candidates: list[int], i: int, ready: float) -> in
     return best
 
 
+def has_waits(waits: tuple[tuple[int, ...], ...] | list[tuple[int, ...]]) -> npt.NDArray[np.bool_]:
+    """Per activity, whether it waits for any other."""
+    return np.fromiter(map(bool, waits), dtype=np.bool_, count=len(waits))
+
+
 def latest_end(end: F64, waits: tuple[tuple[int, ...], ...]) -> F64:
     """Per activity, the latest end among the activities it waits for (-inf: none)."""
     out = np.full(len(waits), -np.inf)
-    for i, ws in enumerate(waits):
-        if ws:
-            out[i] = max(float(end[w]) for w in ws)
+    for i in np.flatnonzero(has_waits(waits)).tolist():
+        out[i] = max(float(end[w]) for w in waits[i])
     return out
 
 
@@ -215,21 +219,18 @@ def start_edges(acts: Activities, waits: tuple[tuple[int, ...], ...], lat: Laten
     latency = np.where(held, np.minimum(lat.typical, observed), observed)
     with np.errstate(invalid="ignore"):
         queue_gap = np.where(by_prev, start - prev_end, np.minimum(0.0, start - prev_end))
-    wait_gap = tuple(
-        tuple(
+    wait_gap: list[tuple[float, ...]] = [()] * len(waits)
+    for i in np.flatnonzero(has_waits(waits)).tolist():
+        wait_gap[i] = tuple(
             float(start[i] - end[w])
             if by_wait[i] and end[w] >= wait_end[i]
             else min(0.0, float(start[i] - end[w]))
-            for w in ws
+            for w in waits[i]
         )
-        if ws
-        else ()
-        for i, ws in enumerate(waits)
-    )
     return StartEdges(
         np.where(linked, latency, 0.0),
         np.where(has_prev, queue_gap, 0.0),
-        wait_gap,
+        tuple(wait_gap),
         lat.typical,
         lat.bound,
     )

@@ -26,8 +26,9 @@ from enum import Enum
 import numpy as np
 
 from analyzer import intervals
+from analyzer.arrays import group_order
 from analyzer.graph import Graph
-from analyzer.model import F64, TraceModel
+from analyzer.model import F64, I64, TraceModel
 from analyzer.names import ApiKind, EventKind
 from analyzer.sites import CallSite, call_site
 
@@ -108,10 +109,11 @@ class _Leads:
 
     def __init__(self, g: Graph, device: int) -> None:
         waited = g.waited()
+        order = np.argsort(g.call_awaited, kind="stable")
         self.calls = [
             c
-            for c in np.argsort(g.call_awaited, kind="stable").tolist()
-            if waited[c] > 0 and any(g.act_device[a] == device for a in g.call_waits[c])
+            for c in order[waited[order] > 0].tolist()
+            if any(g.act_device[a] == device for a in g.call_waits[c])
         ]
         self.done = [float(g.call_awaited[c]) for c in self.calls]
         self.waited = {c: float(waited[c]) for c in self.calls}
@@ -251,14 +253,21 @@ class _HostWork:
         step = np.array([s.startswith("ProfilerStep#") for s in model.strings], dtype=np.bool_)
         mask = ev.is_kind(EventKind.CPU_OP, EventKind.ANNOTATION) & ~step[ev.name]
         idx = np.flatnonzero(mask)
-        self.by_lane = {int(lane): idx[ev.lane[idx] == lane] for lane in np.unique(ev.lane[idx])}
+        idx = idx[group_order(ev.lane[idx])]  # by lane, then start (the table's order)
+        lanes = ev.lane[idx]
+        # each lane's ops with their starts, split once: a lookup per gap must not touch every op
+        self.by_lane: dict[int, tuple[I64, F64]] = {}
+        for chunk in np.split(idx, np.flatnonzero(lanes[1:] != lanes[:-1]) + 1):
+            if len(chunk):
+                self.by_lane[int(ev.lane[chunk[0]])] = (chunk, ev.ts[chunk])
 
     def busiest(self, lane: int, g0: float, g1: float, loaders_only: bool = False) -> str:
         ev = self.model.events
-        idx = self.by_lane.get(lane)
-        if idx is None:
+        found = self.by_lane.get(lane)
+        if found is None:
             return ""
-        k = int(np.searchsorted(ev.ts[idx], g1, side="left"))
+        idx, ts = found
+        k = int(np.searchsorted(ts, g1, side="left"))
         near = idx[max(0, k - self._SCAN) : k]
         overlap = np.minimum(ev.end[near], g1) - np.maximum(ev.ts[near], g0)
         if loaders_only:

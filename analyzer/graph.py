@@ -23,6 +23,7 @@ from enum import IntEnum
 import numpy as np
 import numpy.typing as npt
 
+from analyzer.arrays import group_order
 from analyzer.edges import (
     Activities,
     inferred_waits,
@@ -150,9 +151,10 @@ def build_graph(model: TraceModel) -> Graph:
     call_start, call_end = ev.ts[calls], ev.end[calls]
     call_prev = _previous_in_group(call_lane)
     anchors = _thread_anchors(model)
-    first = np.array([anchors[int(lane)] for lane in call_lane], dtype=np.float64)
-    call_gap = call_start - np.where(call_prev >= 0, call_end[np.maximum(call_prev, 0)], first)
-    act_device = np.array([model.lanes[int(lane)].device for lane in act_lane], dtype=np.int64)
+    anchor_of = np.full(len(model.lanes), np.nan)
+    anchor_of[list(anchors)] = list(anchors.values())
+    call_gap = call_start - np.where(call_prev >= 0, call_end[np.maximum(call_prev, 0)], anchor_of[call_lane])
+    act_device = _lane_devices(model)[act_lane]
     from_return = _issued_at_return(model, acts, act_call, calls)
     issued = np.where(
         act_call >= 0,
@@ -224,7 +226,7 @@ def build_graph(model: TraceModel) -> Graph:
 def _by_lane(model: TraceModel, mask: Mask) -> I64:
     """Indices of the events in ``mask``, sorted by lane, then time (the table is sorted by time)."""
     idx = np.flatnonzero(mask)
-    return idx[np.argsort(model.events.lane[idx], kind="stable")].astype(np.int64)
+    return idx[group_order(model.events.lane[idx])].astype(np.int64)
 
 
 def _activities(model: TraceModel) -> I64:
@@ -240,16 +242,18 @@ def _calls(model: TraceModel) -> tuple[I64, I64]:
     is_api = ev.is_kind(EventKind.RUNTIME, EventKind.DRIVER) & host
     launched = np.zeros(len(ev), dtype=np.bool_)
     launched[ev.launch[ev.launch >= 0]] = True
-    wanted = is_api & (np.isin(ev.api, [int(k) for k in _SCHEDULING]) | launched)
-    inner = np.zeros(len(ev), dtype=np.bool_)
-    up = ev.parent.copy()
+    wanted = np.flatnonzero(is_api & (np.isin(ev.api, [int(k) for k in _SCHEDULING]) | launched))
+    inner = np.zeros(len(wanted), dtype=np.bool_)
+    up = ev.parent[wanted]
     for _ in range(64):  # an API call nested in another (a driver call inside a runtime call) is not a node
-        live = up >= 0
-        if not live.any():
+        live = np.flatnonzero(up >= 0)
+        if not len(live):
             break
         inner[live] |= is_api[up[live]]
         up[live] = ev.parent[up[live]]
-    calls = _by_lane(model, wanted & ~inner)
+    node = np.zeros(len(ev), dtype=np.bool_)
+    node[wanted[~inner]] = True
+    calls = _by_lane(model, node)
     call_of_event = np.full(len(ev), NO_ID, dtype=np.int64)
     call_of_event[calls] = np.arange(len(calls))
     return calls, call_of_event
@@ -344,13 +348,27 @@ class _IssueOrder:
         return int(idx[k]) if k < len(idx) else NO_ID
 
 
-def activities_by_call(act_call: I64) -> dict[int, list[int]]:
-    """Call index -> the activities it launched (indices into the activity arrays)."""
-    out: dict[int, list[int]] = {}
-    for a, c in enumerate(act_call.tolist()):
-        if c >= 0:
-            out.setdefault(c, []).append(a)
-    return out
+class CallActivities:
+    """Call index -> the activities it launched (indices into the activity arrays, ascending): one sort,
+    then a slice per lookup (no Python object per activity)."""
+
+    def __init__(self, act_call: I64, calls: int) -> None:
+        linked = np.flatnonzero(act_call >= 0)
+        self._acts = linked[np.argsort(act_call[linked], kind="stable")]
+        self._offsets = np.searchsorted(act_call[self._acts], np.arange(calls + 1), side="left")
+
+    def of(self, call: int) -> list[int]:
+        if not 0 <= call < len(self._offsets) - 1:
+            return []
+        out: list[int] = self._acts[self._offsets[call] : self._offsets[call + 1]].tolist()
+        return out
+
+    def last(self, call: int) -> int:
+        """The last activity the call launched (-1: none)."""
+        if not 0 <= call < len(self._offsets) - 1:
+            return NO_ID
+        hi = int(self._offsets[call + 1])
+        return int(self._acts[hi - 1]) if hi > int(self._offsets[call]) else NO_ID
 
 
 def _sync_records(model: TraceModel) -> dict[int, int]:
@@ -368,8 +386,9 @@ def _blocking(
     kinds = np.full(len(calls), Blocking.NO, dtype=np.int64)
     waits: list[tuple[int, ...]] = [()] * len(calls)
     records = _sync_records(model)
-    record_calls = {int(ev.correlation[e]): int(e) for e in calls[ev.api[calls] == ApiKind.EVENT_RECORD]}
-    acts_of_call = activities_by_call(act_call)
+    recording = calls[ev.api[calls] == ApiKind.EVENT_RECORD]
+    record_calls = dict(zip(ev.correlation[recording].tolist(), recording.tolist(), strict=True))
+    acts_of_call = CallActivities(act_call, len(calls))
     main_device = _main_device(model, act_lane)
     pageable = np.array(["Pageable" in name for name in model.strings], dtype=np.bool_)[ev.name[acts]]
     touches_pageable = np.zeros(len(calls), dtype=np.bool_)
@@ -392,7 +411,7 @@ def _blocking(
         kind: Blocking = Blocking.NO
         on: tuple[int, ...] = ()
         if call_api == ApiKind.MEMCPY:  # synchronous, or to/from pageable memory (filtered above)
-            on = _copy_waits(model, acts, acts_of_call.get(c, []), act_lane, issue, start)
+            on = _copy_waits(model, acts, acts_of_call.of(c), act_lane, issue, start)
             # CUDA only *may* synchronise a pageable copy: trust the trace when the call returned first
             returned = float(ev.end[e]) + _COPY_SKEW_US
             on = tuple(a for a in on if a >= 0 and float(ev.end[acts[a]]) <= returned)
@@ -475,7 +494,7 @@ def _last_launched_lane(
     c: int,
     calls: I64,
     lane_of_event: npt.NDArray[np.int32],
-    acts_of_call: dict[int, list[int]],
+    acts_of_call: CallActivities,
     act_lane: I64,
 ) -> int | None:
     """Stream of the most recent activity this thread launched before call ``c`` (a stream sync without
@@ -484,16 +503,21 @@ def _last_launched_lane(
     for back in range(c - 1, max(-1, c - 10_000), -1):
         if lane_of_event[calls[back]] != thread:
             return None
-        mine = acts_of_call.get(back)
-        if mine:
-            return int(act_lane[mine[-1]])
+        mine = acts_of_call.last(back)
+        if mine >= 0:
+            return int(act_lane[mine])
     return None
+
+
+def _lane_devices(model: TraceModel) -> I64:
+    """Per lane, its device (-1 on the host)."""
+    return np.array([lane.device for lane in model.lanes], dtype=np.int64)
 
 
 def _main_device(model: TraceModel, act_lane: I64) -> int:
     if not len(act_lane):
         return 0
-    devices = np.array([model.lanes[int(lane)].device for lane in act_lane])
+    devices = _lane_devices(model)[act_lane]
     values, counts = np.unique(devices, return_counts=True)
     return int(values[np.argmax(counts)])
 
@@ -502,11 +526,12 @@ def _stream_waits(model: TraceModel, n_acts: int, issue: _IssueOrder) -> tuple[t
     """``Stream Wait Event`` records: the next activity issued on the waiting stream after the
     ``cudaStreamWaitEvent`` call waits for the activity the event was recorded after."""
     ev = model.events
-    waits: list[list[int]] = [[] for _ in range(n_acts)]
+    waits: dict[int, list[int]] = {}
     records = np.flatnonzero((ev.kind == EventKind.SYNC) & (ev.wait_corr >= 0) & (ev.wait_stream >= 0))
-    record_call_start = {
-        int(ev.correlation[i]): float(ev.ts[i]) for i in np.flatnonzero(ev.api == ApiKind.EVENT_RECORD)
-    }
+    if not len(records):
+        return ((),) * n_acts
+    recording = np.flatnonzero(ev.api == ApiKind.EVENT_RECORD)
+    record_call_start = dict(zip(ev.correlation[recording].tolist(), ev.ts[recording].tolist(), strict=True))
     for r in records.tolist():
         if model.name_of(r) != "Stream Wait Event" or ev.launch[r] < 0:
             continue
@@ -517,5 +542,8 @@ def _stream_waits(model: TraceModel, n_acts: int, issue: _IssueOrder) -> tuple[t
         event_act = issue.last_before(issue.lane(device, int(ev.wait_stream[r])), recorded_at)
         target = issue.first_after(issue.lane(device, int(ev.stream[r])), float(ev.ts[ev.launch[r]]))
         if event_act >= 0 and target >= 0:
-            waits[target].append(event_act)
-    return tuple(tuple(w) for w in waits)
+            waits.setdefault(target, []).append(event_act)
+    out: list[tuple[int, ...]] = [()] * n_acts
+    for target, on in waits.items():
+        out[target] = tuple(on)
+    return tuple(out)

@@ -126,7 +126,9 @@ class EventTable:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     def is_kind(self, *kinds: EventKind) -> Mask:
-        return np.isin(self.kind, np.array([int(k) for k in kinds], dtype=np.int8))
+        table = np.zeros(256, dtype=np.bool_)  # a lookup table: several times faster than np.isin
+        table[[int(k) & 0xFF for k in kinds]] = True
+        return np.asarray(table[self.kind.view(np.uint8)])
 
     def activity_mask(self) -> Mask:
         return self.is_kind(*ACTIVITY_KINDS)

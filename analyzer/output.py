@@ -131,7 +131,7 @@ def to_json(a: Analysis) -> dict[str, Any]:
 
 
 def _tops(a: Analysis) -> dict[str, Any]:
-    t = top_tables(a.model, a.window.start_us, a.window.end_us)
+    t = a.tops if a.tops is not None else top_tables(a.model, a.window.start_us, a.window.end_us)
     return {"ops": [asdict(r) for r in t.ops], "kernels": [asdict(r) for r in t.kernels]}
 
 

@@ -13,10 +13,12 @@ from enum import Enum
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from analyzer import intervals
+from analyzer.edges import has_waits
 from analyzer.graph import Blocking, Graph
-from analyzer.model import F64
+from analyzer.model import F64, I64
 
 
 class Scenario(str, Enum):
@@ -46,7 +48,8 @@ class Frame:
 
     start_us: float
     end_us: float
-    agenda: list[tuple[int, int]]  # (0 call start | 1 blocking call end | 2 activity, index)
+    agenda_kind: npt.NDArray[np.int8]  # processing order: 0 call start | 1 blocking call end | 2 activity
+    agenda_index: I64  # ... and the call or activity index of each step
     call_in: list[bool]
     act_in: list[bool]
     gap_input: list[float]
@@ -84,13 +87,12 @@ def make_frame(
 ) -> Frame:
     keys = np.concatenate([g.call_start, g.call_end[g.call_blocking != Blocking.NO], g.act_start])
     blocking = np.flatnonzero(g.call_blocking != Blocking.NO)
-    kind = np.concatenate([np.zeros(g.calls), np.ones(len(blocking)), np.full(g.activities, 2)]).astype(
-        np.int64
+    kind = np.concatenate(
+        [np.zeros(g.calls, np.int8), np.ones(len(blocking), np.int8), np.full(g.activities, 2, np.int8)]
     )
-    rank = np.choose(kind, [0, 2, 1])  # at one instant: call starts, then activities, then blocking ends
+    rank = np.array([0, 2, 1], dtype=np.int8)[kind]  # at one instant: call starts, activities, blocking ends
     index = np.concatenate([np.arange(g.calls), blocking, np.arange(g.activities)]).astype(np.int64)
     order = np.lexsort((rank, keys))
-    agenda = list(zip(kind[order].tolist(), index[order].tolist(), strict=True))
     gap_start = g.call_start - g.call_gap
     gap_input = np.zeros(g.calls)
     for lane, (s, e) in input_by_lane.items():
@@ -107,13 +109,14 @@ def make_frame(
             tail_dep, tail_dep_gap = h.call, end_us - float(g.call_end[h.call])
             tail_gap = g.threads.own(main_lane, float(g.call_end[tail_call]), end_us)
             tail_input = min(tail_input, tail_gap)
-    offsets = [
-        tuple(zip(waits, gaps, strict=True)) for waits, gaps in zip(g.act_waits, g.act_wait_gap, strict=True)
-    ]
+    offsets: list[tuple[tuple[int, float], ...]] = [()] * g.activities
+    for i in np.flatnonzero(has_waits(g.act_waits)).tolist():
+        offsets[i] = tuple(zip(g.act_waits[i], g.act_wait_gap[i], strict=True))
     return Frame(
         start_us=start_us,
         end_us=end_us,
-        agenda=agenda,
+        agenda_kind=kind[order],
+        agenda_index=index[order],
         call_in=(g.call_start >= start_us).tolist(),
         act_in=(issued >= start_us).tolist(),
         gap_input=gap_input.tolist(),
@@ -207,54 +210,59 @@ def replay(g: Graph, f: Frame, costs: Costs) -> Replay:
         new_ce[i] = value
         return value
 
-    for kind, i in f.agenda:
-        if kind == 0:
-            p = prev[i]
-            if p >= 0:
-                base = new_ce[p]
-                if base != base:  # a blocking call whose end was not processed yet
-                    base = end_of(p)
+    for lo in range(0, len(f.agenda_kind), _CHUNK):  # converted a chunk at a time: no tuple per step kept
+        kinds, index = f.agenda_kind[lo : lo + _CHUNK].tolist(), f.agenda_index[lo : lo + _CHUNK].tolist()
+        for kind, i in zip(kinds, index, strict=True):
+            if kind == 0:
+                p = prev[i]
+                if p >= 0:
+                    base = new_ce[p]
+                    if base != base:  # a blocking call whose end was not processed yet
+                        base = end_of(p)
+                else:
+                    base = anchor.get(lanes[i], c_start[i] - gap[i])
+                gi = gap[i]
+                if call_in[i]:
+                    gi = (gi - gap_input[i]) * hs + gap_input[i] * hs * ins
+                s = base + gi
+                d = dep[i]
+                if d >= 0:  # the stretch before this call waited for another thread (or the thread began)
+                    done = new_ce[d]
+                    if done != done:
+                        done = end_of(d)
+                    after = done + (dep_gap[i] * hs if call_in[i] else dep_gap[i])
+                    s = max(s, after) if p >= 0 else after
+                new_cs[i] = s
+                if not blocking[i] or i in no_wait:
+                    new_ce[i] = s + (own[i] * hs if call_in[i] else own[i])
+            elif kind == 1:
+                end_of(i)
             else:
-                base = anchor.get(lanes[i], c_start[i] - gap[i])
-            gi = gap[i]
-            if call_in[i]:
-                gi = (gi - gap_input[i]) * hs + gap_input[i] * hs * ins
-            s = base + gi
-            d = dep[i]
-            if d >= 0:  # the stretch before this call waited for another thread (or the thread began)
-                done = new_ce[d]
-                if done != done:
-                    done = end_of(d)
-                after = done + (dep_gap[i] * hs if call_in[i] else dep_gap[i])
-                s = max(s, after) if p >= 0 else after
-            new_cs[i] = s
-            if not blocking[i] or i in no_wait:
-                new_ce[i] = s + (own[i] * hs if call_in[i] else own[i])
-        elif kind == 1:
-            end_of(i)
-        else:
-            c = a_call[i]
-            if c < 0:
-                s = a_start[i]
-            elif from_return[i]:
-                s = end_of(c) + (a_lat[i] - a_hold[i]) * (ls if act_in[i] else 1.0) + a_hold[i]
-            else:
-                s = new_cs[c] + (a_lat[i] - a_hold[i]) * (ls if act_in[i] else 1.0) + a_hold[i]
-            if s != s:  # launch recorded after its activity started (clock skew): keep the recorded start
-                s = a_start[i]
-            p = a_prev[i]
-            if p >= 0:
-                s = max(s, new_ae[p] + a_gap[i])
-            for a, off in offsets[i]:
-                s = max(s, new_ae[a] + off)
-            new_as[i] = s
-            new_ae[i] = s + (a_dur[i] * ds if act_in[i] else a_dur[i])
+                c = a_call[i]
+                if c < 0:
+                    s = a_start[i]
+                elif from_return[i]:
+                    s = end_of(c) + (a_lat[i] - a_hold[i]) * (ls if act_in[i] else 1.0) + a_hold[i]
+                else:
+                    s = new_cs[c] + (a_lat[i] - a_hold[i]) * (ls if act_in[i] else 1.0) + a_hold[i]
+                if s != s:  # launch recorded after its activity started (clock skew): keep the recorded start
+                    s = a_start[i]
+                p = a_prev[i]
+                if p >= 0:
+                    s = max(s, new_ae[p] + a_gap[i])
+                for a, off in offsets[i]:
+                    s = max(s, new_ae[a] + off)
+                new_as[i] = s
+                new_ae[i] = s + (a_dur[i] * ds if act_in[i] else a_dur[i])
     ce = np.array(new_ce)
     for i in np.flatnonzero(np.isnan(ce)).tolist():
         ce[i] = end_of(i)
     return Replay(
         costs, np.array(new_cs), ce, np.array(new_as), np.array(new_ae), _predicted_end(f, ce, new_ae, costs)
     )
+
+
+_CHUNK = 1 << 16  # agenda steps converted to Python numbers at a time
 
 
 def _predicted_end(f: Frame, call_end: F64, act_end: list[float], costs: Costs) -> float:

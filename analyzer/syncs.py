@@ -14,7 +14,7 @@ from enum import Enum
 
 import numpy as np
 
-from analyzer.graph import Blocking, Graph, activities_by_call
+from analyzer.graph import Blocking, CallActivities, Graph
 from analyzer.model import NO_ID, Step, TraceModel
 from analyzer.names import ApiKind, EventKind, is_annotation_name
 from analyzer.sidecar import Sidecar
@@ -79,7 +79,7 @@ def find_syncs(
     """Every blocking call inside the window, grouped per user-level operation, classified. The call site
     is the collector's exact line when a sidecar recorded the call, else the innermost user frame."""
     waited = g.waited()
-    acts_by_call = activities_by_call(g.act_call)
+    acts_by_call = CallActivities(g.act_call, g.calls)
     pageable_name = np.array(["Pageable" in name for name in model.strings], dtype=np.bool_)
     touches = pageable_name[model.events.name[g.act_event]] & (g.act_call >= 0)
     pageable = set(g.act_call[touches].tolist())  # calls that copied to or from pageable memory
@@ -99,6 +99,7 @@ def find_syncs(
         key = (int(g.call_lane[c]), top if top >= 0 else -1 - c)
         groups.setdefault(key, []).append(c)
     raw = []
+    step_of = _StepOf(model.steps)
     for (lane, top), members in sorted(groups.items(), key=lambda kv: g.call_start[kv[1][0]]):
         duration = g.call_end[members] - g.call_start[members]
         longest = members[int(np.argmax(duration))]
@@ -114,7 +115,7 @@ def find_syncs(
                 sum(bubble_us.get(c, 0.0) for c in members),
                 _site(model, g, sidecar, lane, members, top if top >= 0 else e),
                 tuple(members),
-                _step_of(model.steps, float(g.call_start[members[0]])),
+                step_of(float(g.call_start[members[0]])),
                 _logging(model, top if top >= 0 else e),
             )
         )
@@ -167,7 +168,7 @@ def _ops_under(model: TraceModel, top: int, event: int) -> list[str]:
 
 
 def _kind(
-    model: TraceModel, g: Graph, members: list[int], top: int, acts_by_call: dict[int, list[int]]
+    model: TraceModel, g: Graph, members: list[int], top: int, acts_by_call: CallActivities
 ) -> SyncKind:
     ev = model.events
     blocking = {Blocking(int(g.call_blocking[c])) for c in members}
@@ -178,7 +179,7 @@ def _kind(
         return SyncKind.SCALAR_READ
     if any(_DATA_DEPENDENT.match(n) for n in ops):
         return SyncKind.DATA_DEPENDENT
-    copy_names = [model.name_of(int(g.act_event[a])) for c in members for a in acts_by_call.get(c, ())]
+    copy_names = [model.name_of(int(g.act_event[a])) for c in members for a in acts_by_call.of(c)]
     if any("Pageable" in n and "HtoD" in n for n in copy_names) and not any("DtoH" in n for n in copy_names):
         return SyncKind.PAGEABLE_COPY
     if any("DtoH" in n for n in copy_names) or any(_TO_HOST.match(n) for n in ops):
@@ -196,11 +197,21 @@ def _kind(
     return SyncKind.OTHER
 
 
-def _step_of(steps: tuple[Step, ...], t: float) -> int:
-    for i, step in enumerate(steps):
-        if step.start_us <= t < step.end_us:
-            return i
-    return -1
+class _StepOf:
+    """The first step ``[start, end)`` holding a time (-1: none): a binary search when the steps follow
+    one another (as profiled steps do), else a scan."""
+
+    def __init__(self, steps: tuple[Step, ...]) -> None:
+        self.steps = steps
+        self.start = np.array([s.start_us for s in steps], dtype=np.float64)
+        self.end = np.array([s.end_us for s in steps], dtype=np.float64)
+        self.ordered = bool(np.all(self.start[1:] >= self.end[:-1]))
+
+    def __call__(self, t: float) -> int:
+        if not self.ordered:
+            return next((i for i, s in enumerate(self.steps) if s.start_us <= t < s.end_us), -1)
+        k = int(np.searchsorted(self.start, t, side="right")) - 1
+        return k if k >= 0 and t < self.end[k] else -1
 
 
 def _logging(model: TraceModel, event: int) -> bool:

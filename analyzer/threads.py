@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from analyzer.arrays import group_order
 from analyzer.model import F64, I64, LaneKind, TraceModel
 from analyzer.names import STEP_PREFIX, EventKind
 
@@ -71,11 +72,11 @@ class Threads:
         work = ev.is_kind(*_WORK) & host[ev.lane] & ~step[ev.name]
         idx = np.flatnonzero(work)
         lanes_of_work = ev.lane[idx]
-        order = np.argsort(lanes_of_work, kind="stable")  # stable: each lane's events stay by start
+        order = group_order(lanes_of_work)  # stable: each lane's events stay by start
         idx, lanes_of_work = idx[order], lanes_of_work[order]
         bounds = np.flatnonzero(np.diff(lanes_of_work)) + 1
         self.lanes: dict[int, _Lane] = {}
-        call_order = np.argsort(call_lane, kind="stable")
+        call_order = group_order(call_lane)
         call_bounds = np.flatnonzero(np.diff(call_lane[call_order])) + 1
         calls_of: dict[int, I64] = {
             int(call_lane[chunk[0]]): chunk for chunk in np.split(call_order, call_bounds) if len(chunk)

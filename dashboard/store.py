@@ -44,6 +44,7 @@ from dashboard.headline import catalog_summary
 from dashboard.unpack import BadUpload, place
 
 ID_RE = re.compile(r"[0-9a-f]{32}")
+OVERVIEW = "overview.json"  # the analysis without the critical path's segments (``Store.overview``)
 _MODELS_KEPT = 4  # decoded trace models kept in memory (the timeline asks for windows of the same trace)
 
 
@@ -223,7 +224,8 @@ class Store:
         try:
             write_model(tmp, model)
             (tmp / "analysis.json").write_text(json.dumps(analysis, allow_nan=False))
-            sums = {f: _sha256(tmp / f) for f in (*MODEL_FILES, "analysis.json")}
+            (tmp / OVERVIEW).write_text(json.dumps(overview_doc(analysis), allow_nan=False))
+            sums = {f: _sha256(tmp / f) for f in (*MODEL_FILES, "analysis.json", OVERVIEW)}
             result = f"result-{uuid.uuid4().hex[:8]}"
             tmp.rename(folder / result)
         except BaseException:
@@ -262,7 +264,8 @@ class Store:
             raise UnknownTrace(trace_id)
         with self._lock:
             self._models.pop(trace_id, None)
-            self._docs.pop(trace_id, None)
+            for name in ("analysis.json", OVERVIEW):
+                self._docs.pop(f"{trace_id}/{name}", None)
         shutil.rmtree(self.root / "traces" / trace_id, ignore_errors=True)
 
     # -- reading ---------------------------------------------------------------------------------
@@ -304,21 +307,35 @@ class Store:
         """The analysis JSON (schema ``stallscope.analysis/1``) of a ready entry. The last few parsed
         documents are kept (a 1M-event trace's is tens of MB); a kept one is served only while its file
         is the one that was verified (same folder, size and mtime). Callers must not modify it."""
-        folder, stat = self._verified_stat(trace_id)
+        return self._doc(trace_id, "analysis.json")
+
+    def overview(self, trace_id: str) -> dict[str, Any]:
+        """The analysis JSON without the critical path's segment list (``overview_doc``), for the pages
+        that show figures and tables: its size does not grow with the trace's events the way the
+        segments do (a million on a 10M-event trace). Entries stored before it existed get the whole
+        document. Callers must not modify it."""
+        folder, _ = self._verified_stat(trace_id)
+        if not (folder / OVERVIEW).exists():
+            return self.analysis(trace_id)
+        return self._doc(trace_id, OVERVIEW)
+
+    def _doc(self, trace_id: str, name: str) -> dict[str, Any]:
+        folder, stat = self._verified_stat(trace_id, name)
+        key = f"{trace_id}/{name}"
         with self._lock:
-            kept = self._docs.get(trace_id)
+            kept = self._docs.get(key)
             if kept is not None and kept[0] == stat:
-                self._docs.move_to_end(trace_id)
+                self._docs.move_to_end(key)
                 return kept[1]
-        folder = self._result(trace_id, ("analysis.json",))
-        doc: dict[str, Any] = json.loads((folder / "analysis.json").read_text())
+        folder = self._result(trace_id, (name,))
+        doc: dict[str, Any] = json.loads((folder / name).read_text())
         with self._lock:
-            self._docs[trace_id] = (stat, doc)
+            self._docs[key] = (stat, doc)
             while len(self._docs) > _MODELS_KEPT:
                 self._docs.popitem(last=False)
         return doc
 
-    def _verified_stat(self, trace_id: str) -> tuple[Path, tuple[str, int, int]]:
+    def _verified_stat(self, trace_id: str, name: str = "analysis.json") -> tuple[Path, tuple[str, int, int]]:
         """The result folder and what identifies its analysis file now (without reading it)."""
         with self._db() as db:
             row = db.execute("select result from traces where id = ?", (check_id(trace_id),)).fetchone()
@@ -326,7 +343,7 @@ class Store:
             raise UnknownTrace(trace_id)
         folder = self._folder(trace_id) / str(row[0])
         try:
-            st = (folder / "analysis.json").stat()
+            st = (folder / name).stat()
         except OSError:
             return folder, (str(row[0]), -1, -1)
         return folder, (str(row[0]), st.st_size, st.st_mtime_ns)
@@ -385,7 +402,8 @@ class Store:
             )
         with self._lock:
             self._models.pop(trace_id, None)
-            self._docs.pop(trace_id, None)
+            for name in ("analysis.json", OVERVIEW):
+                self._docs.pop(f"{trace_id}/{name}", None)
         raise CorruptEntry(f"trace {trace_id} is corrupt: {why}")
 
 
@@ -428,3 +446,11 @@ def _sha256(path: Path) -> str:
         while chunk := f.read(1 << 20):
             h.update(chunk)
     return h.hexdigest()
+
+
+def overview_doc(analysis: dict[str, Any]) -> dict[str, Any]:
+    """The analysis document without ``critical_path.segments`` (every other key as it is)."""
+    cp = analysis.get("critical_path")
+    if not isinstance(cp, dict) or "segments" not in cp:
+        return analysis
+    return {**analysis, "critical_path": {k: v for k, v in cp.items() if k != "segments"}}

@@ -123,6 +123,33 @@ def test_the_store_survives_a_restart_and_resumes_unfinished_entries(tmp_path: P
     assert second.unfinished() == []
 
 
+def test_the_overview_is_the_analysis_without_the_critical_path_segments(tmp_path: Path) -> None:
+    # GIVEN an analysed upload
+    store = Store(tmp_path / "store")
+    trace_id = stored(store)
+    # WHEN the pages read its overview (bounded whatever the trace's size) and the API its analysis
+    full, overview = store.analysis(trace_id), store.overview(trace_id)
+    # THEN the overview holds every key of the analysis but the segment list
+    assert full["critical_path"]["segments"] and "segments" not in overview["critical_path"]
+    assert {k: v for k, v in full["critical_path"].items() if k != "segments"} == overview["critical_path"]
+    assert {k: v for k, v in full.items() if k != "critical_path"} == {
+        k: v for k, v in overview.items() if k != "critical_path"
+    }
+    # AND an entry stored before overviews existed is served its whole analysis
+    (result,) = (tmp_path / "store" / "traces" / trace_id).glob("result-*")
+    (result / "overview.json").unlink()
+    assert Store(tmp_path / "store").overview(trace_id) == full
+
+
+def test_a_changed_overview_file_is_reported_not_served(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    trace_id = stored(store)
+    (result,) = (tmp_path / "store" / "traces" / trace_id).glob("result-*")
+    (result / "overview.json").write_text("{}")
+    with pytest.raises(CorruptEntry, match=r"overview.json is missing or does not match"):
+        store.overview(trace_id)
+
+
 def test_a_changed_analysis_file_is_reported_not_served(tmp_path: Path) -> None:
     store = Store(tmp_path / "store")
     trace_id = stored(store)

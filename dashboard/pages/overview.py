@@ -77,7 +77,7 @@ def layout(services: Services, entry: Entry) -> html.Div:
     from dashboard import charts
     from dashboard.report import verdict_doc as report_verdict  # the report's verdict sentence, verbatim
 
-    doc = services.store.analysis(entry.id)
+    doc = services.store.overview(entry.id)  # bounded: no critical-path segments
     services.live.warm(entry.id)  # the timeline needs the typed analysis: start rebuilding it now
     verdict = report_verdict(doc)
     graphs: list[Any] = []
