@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import stallscope.dashboard_cmd as dashboard_cmd
 from analyzer.errors import StallscopeError, UsageError
-from stallscope import __version__, profile_cmd, report_cmd
+from stallscope import __version__, answers, profile_cmd, report_cmd
 from stallscope.watchdog import add_input_limits
 
 if TYPE_CHECKING:
@@ -71,19 +71,53 @@ def _configure_analyze(p: argparse.ArgumentParser) -> None:
 
 
 def _run_analyze(args: argparse.Namespace) -> int:
+    if args.workers is not None and args.workers < 0:
+        raise UsageError(f"--workers {args.workers}: give a number of worker processes (1 or more)")
+    if args.workers is not None and args.scheduler:
+        raise UsageError("--workers and --scheduler: give one (a new local cluster, or an existing one)")
+    key = _answer_key(args)
+    want_summary = not args.quiet and args.json != "-"
+    if key is not None:  # every run that stores an answer stores its summary; the JSON when it made it
+        cached = answers.lookup(key)
+        if cached.summary is not None and (cached.json is not None or not args.json):
+            _emit(args, cached.summary, cached.json)  # the same answer, without loading the trace
+            return 0
+    summary, document = _analyse(args, want_summary or key is not None)
+    if key is not None:
+        answers.store(key, summary, document)
+    _emit(args, summary if want_summary else None, document)
     from analyzer import cache
+
+    cache.wait()  # the model cache was being written while we analysed; finish it before returning
+    return 0
+
+
+def _answer_key(args: argparse.Namespace) -> str | None:
+    """The answer cache's key for this ``analyze``, or None when it is not cached: ``--no-cache``, a
+    folder, a job of several files, a cluster run."""
+    if args.no_cache or len(args.trace) != 1 or args.workers is not None or args.scheduler:
+        return None
+    if not Path(args.trace[0]).is_file():
+        return None
+    options = {
+        "rank": args.rank,
+        "top": args.top,
+        "top_ops": args.top_ops,
+        "max_inflated_mb": args.max_inflated_mb,
+    }
+    return answers.answer_key(args.trace[0], options)
+
+
+def _analyse(args: argparse.Namespace, summary: bool) -> tuple[str | None, bytes | None]:
+    """Load and analyse: the terminal summary (when ``summary``) and the JSON document (with ``--json``)."""
     from analyzer.job.execute import Execution, default_workers
     from analyzer.job.output import job_json
-    from analyzer.output import to_json
+    from analyzer.output import encode_json, to_json
     from stallscope.job_terminal import render_job
     from stallscope.jobs import load_and_analyse_job
     from stallscope.progress import Progress
     from stallscope.terminal import render
 
-    if args.workers is not None and args.workers < 0:
-        raise UsageError(f"--workers {args.workers}: give a number of worker processes (1 or more)")
-    if args.workers is not None and args.scheduler:
-        raise UsageError("--workers and --scheduler: give one (a new local cluster, or an existing one)")
     workers = (args.workers or default_workers()) if args.workers is not None else None
     how = Execution(workers, args.scheduler, not args.no_cache)
     progress = Progress(enabled=not args.quiet)
@@ -93,23 +127,27 @@ def _run_analyze(args: argparse.Namespace) -> int:
         )
     finally:
         progress.done()
-    if args.json:
-        _write_json(args.json, to_json(result) | {"job": job_json(job) if job else None})
-    if not args.quiet and args.json != "-":
-        print(render(result, args.top, args.top_ops))
+    document = encode_json(to_json(result) | {"job": job_json(job) if job else None}) if args.json else None
+    text = None
+    if summary:
+        text = render(result, args.top, args.top_ops)
         if job:
-            print(render_job(job, args.top))
+            text += "\n" + render_job(job, args.top)
+    return text, document
+
+
+def _emit(args: argparse.Namespace, summary: str | None, document: bytes | None) -> None:
+    """Write the JSON document (``--json``) and print the summary, as ``analyze`` does."""
+    if args.json and document is not None:
+        _write_json(args.json, document)
+    if summary is not None and not args.quiet and args.json != "-":
+        print(summary)
         if args.json:
             print(f"  json      {args.json}")
     sys.stdout.flush()
-    cache.wait()  # the model cache was being written while we analysed; finish it before returning
-    return 0
 
 
-def _write_json(target: str, doc: object) -> None:
-    from analyzer.output import encode_json
-
-    text = encode_json(doc)
+def _write_json(target: str, text: bytes) -> None:
     if target == "-":
         sys.stdout.buffer.write(text + b"\n")
         return
