@@ -189,6 +189,23 @@ def _take(events: list[Any], attr: str) -> list[Any]:
     return list(map(attrgetter(attr), events))
 
 
+def _float_column(items: list[Any], attr: str) -> F64:
+    """``_floats(_take(items, attr))`` without the intermediate list when every value is a number (the
+    common case: one C loop from the structs into the array)."""
+    try:
+        return np.fromiter(map(attrgetter(attr), items), dtype=np.float64, count=len(items))
+    except TypeError:
+        return _floats(_take(items, attr))
+
+
+def _id_column(items: list[Any], attr: str) -> I64:
+    """``_ids(_take(items, attr))``, straight from the structs when every value is an int64."""
+    try:
+        return np.fromiter(map(attrgetter(attr), items), dtype=np.int64, count=len(items))
+    except (TypeError, ValueError, OverflowError):
+        return _ids(_take(items, attr))
+
+
 # args columns (column, RawArgs attribute), read for every event or only for the kinds that carry them
 _COMMON_ARGS = (("external_id", "external_id"), ("correlation", "correlation"))
 _PYTHON_ARGS = (("python_id", "python_id"), ("python_parent_id", "python_parent_id"))
@@ -241,8 +258,8 @@ class _Accumulator:
         """Add the batch's timed events; True when some launch call or device event in it carries no
         correlation id (an old trace: its flows' positions are then needed to link them)."""
         columns: dict[str, npt.NDArray[Any]] = {
-            "ts": _floats(_take(timed, "ts")),
-            "dur": _floats(_take(timed, "dur")),
+            "ts": _float_column(timed, "ts"),
+            "dur": _float_column(timed, "dur"),
             "instant": instant,
             "cat": self.strings.codes_of(_take(timed, "cat")),
             "name": self.strings.codes_of(_take(timed, "name")),
@@ -251,7 +268,7 @@ class _Accumulator:
         }
         args: list[RawArgs] = [e.args or EMPTY_ARGS for e in timed]
         for column, attr in _COMMON_ARGS:
-            columns[column] = _ids(_take(args, attr))
+            columns[column] = _id_column(args, attr)
         kind = self.kind_of(columns["cat"])
         for fields, mask in (
             (_PYTHON_ARGS, kind == EventKind.PYTHON),
@@ -261,7 +278,7 @@ class _Accumulator:
             for column, attr in fields:
                 full = np.full(len(timed), NO_ID, dtype=np.int64)
                 if some:
-                    full[mask] = _ids(_take(some, attr))
+                    full[mask] = _id_column(some, attr)
                 columns[column] = full
         stream_id = columns.pop("stream_id")
         columns["stream"] = np.where(columns["stream"] != NO_ID, columns["stream"], stream_id)
@@ -329,13 +346,13 @@ class _Accumulator:
             flows = list(compress(flows, [c in launch_cats for c in cats]))
         n = len(flows)
         columns = {
-            "id": _ids(_take(flows, "id")),
+            "id": _id_column(flows, "id"),
             "start": np.fromiter(map("s".__eq__, _take(flows, "ph")), dtype=np.bool_, count=n),
         }
         if positions:
             columns["pid"] = self.raw.codes_of(_take(flows, "pid"))
             columns["tid"] = self.raw.codes_of(_take(flows, "tid"))
-            columns["ts"] = _floats(_take(flows, "ts"))
+            columns["ts"] = _float_column(flows, "ts")
         else:
             columns["pid"] = columns["tid"] = np.full(n, NO_ID, dtype=np.int64)
             columns["ts"] = np.full(n, np.nan)
