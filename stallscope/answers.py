@@ -63,11 +63,11 @@ def answer_key(trace: str, options: dict[str, object]) -> str:
 
 @dataclass(frozen=True)
 class Answer:
-    """What a cached answer holds: the terminal summary and the JSON document's bytes (either may be
-    absent when the run that stored it did not make it)."""
+    """What a cached answer holds: the terminal summary, and the file that holds the JSON document as
+    ``--json`` writes it (either may be absent when the run that stored it did not make it)."""
 
     summary: str | None
-    json: bytes | None
+    json: Path | None
 
 
 _SUMMARY = "summary.txt"
@@ -82,11 +82,13 @@ def lookup(key: str) -> Answer:
         text = summary.decode() if summary is not None else None
     except UnicodeDecodeError:
         text = None
-    return Answer(text, _read(folder / _JSON))
+    document = folder / _JSON
+    return Answer(text, document if document.is_file() else None)
 
 
 def store(key: str, summary: str | None, document: bytes | None) -> None:
-    """Keep the parts of an answer that were made; a cache that cannot be written is not an error."""
+    """Keep the parts of an answer that were made (``document``: the bytes ``--json`` writes); a cache that
+    cannot be written is not an error."""
     folder = answers_root() / key
     with contextlib.suppress(OSError):
         if document is not None:

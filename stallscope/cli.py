@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -82,7 +83,8 @@ def _run_analyze(args: argparse.Namespace) -> int:
         if cached.summary is not None and (cached.json is not None or not args.json):
             _emit(args, cached.summary, cached.json)  # the same answer, without loading the trace
             return 0
-    summary, document = _analyse(args, want_summary or key is not None)
+    summary, doc = _analyse(args, want_summary or key is not None)
+    document = doc + b"\n" if doc is not None else None
     if key is not None:
         answers.store(key, summary, document)
     _emit(args, summary if want_summary else None, document)
@@ -136,8 +138,9 @@ def _analyse(args: argparse.Namespace, summary: bool) -> tuple[str | None, bytes
     return text, document
 
 
-def _emit(args: argparse.Namespace, summary: str | None, document: bytes | None) -> None:
-    """Write the JSON document (``--json``) and print the summary, as ``analyze`` does."""
+def _emit(args: argparse.Namespace, summary: str | None, document: bytes | Path | None) -> None:
+    """Write the JSON document (``--json``: its bytes, or the cached file that holds them) and print the
+    summary, as ``analyze`` does."""
     if args.json and document is not None:
         _write_json(args.json, document)
     if summary is not None and not args.quiet and args.json != "-":
@@ -147,12 +150,19 @@ def _emit(args: argparse.Namespace, summary: str | None, document: bytes | None)
     sys.stdout.flush()
 
 
-def _write_json(target: str, text: bytes) -> None:
+def _write_json(target: str, document: bytes | Path) -> None:
     if target == "-":
-        sys.stdout.buffer.write(text + b"\n")
+        if isinstance(document, Path):
+            with document.open("rb") as f:
+                shutil.copyfileobj(f, sys.stdout.buffer, 1 << 20)
+        else:
+            sys.stdout.buffer.write(document)
         return
     try:
-        Path(target).write_bytes(text + b"\n")
+        if isinstance(document, Path):
+            shutil.copyfile(document, target)  # a copy in the kernel: the cached file is never shared
+        else:
+            Path(target).write_bytes(document)
     except OSError as exc:
         raise UsageError(f"--json {target}: cannot write ({exc.strerror or exc})") from None
 
