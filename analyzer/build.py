@@ -445,14 +445,12 @@ def _assign_lanes(cols: dict[str, Any], meta: list[RawEvent], raw_values: list[A
     a = np.where(on_device, device, cols["pid"])
     b = np.where(on_device, stream, cols["tid"])
     # one int64 key per event: (on_device, a, b) with a and b replaced by their rank among distinct values
-    a_values, a_code = np.unique(a, return_inverse=True)
-    b_values, b_code = np.unique(b, return_inverse=True)
+    a_values, a_code = _codes(a)
+    b_values, b_code = _codes(b)
     width = np.int64(len(b_values))
-    key = (
-        on_device.astype(np.int64) * np.int64(len(a_values)) + a_code.reshape(-1)
-    ) * width + b_code.reshape(-1)
-    unique_keys, inverse = np.unique(key, return_inverse=True)
-    cols["lane"] = inverse.reshape(-1).astype(np.int32)
+    key = (on_device.astype(np.int64) * np.int64(len(a_values)) + a_code) * width + b_code
+    unique_keys, inverse = _codes(key)
+    cols["lane"] = inverse.astype(np.int32)
     names = _thread_names(meta)
     accelerators = accelerator_labels(meta)
     not_work = np.isin(kind, [EventKind.INSTANT, EventKind.TRACE_SPAN, EventKind.OVERHEAD])
@@ -472,6 +470,25 @@ def _assign_lanes(cols: dict[str, Any], meta: list[RawEvent], raw_values: list[A
             lane_kind = LaneKind.HOST if has_work[lane_id] else LaneKind.META
             lanes.append(Lane(lane_id, lane_kind, str(pid), str(tid), NO_ID, NO_ID, name))
     return tuple(lanes)
+
+
+def _codes(values: I64) -> tuple[I64, I64]:
+    """``np.unique(values, return_inverse=True)``. Columns of lanes (threads, streams, their keys) hold
+    few values in a small range: then each value's rank comes from a lookup table indexed by the value,
+    one linear pass, where the sort behind ``return_inverse`` is n log n and scatters across the column."""
+    if not len(values):
+        return np.unique(values), np.zeros(0, dtype=np.int64)
+    low, high = int(values.min()), int(values.max())
+    if high - low > _LOOKUP_RANGE:
+        distinct, inverse = np.unique(values, return_inverse=True)
+        return distinct, inverse.reshape(-1).astype(np.int64)
+    present = np.zeros(high - low + 1, dtype=np.bool_)
+    present[values - low] = True
+    rank = np.cumsum(present, dtype=np.int64) - 1
+    return np.flatnonzero(present).astype(values.dtype) + low, rank[values - low]
+
+
+_LOOKUP_RANGE = 1 << 20
 
 
 def _thread_names(meta: list[RawEvent]) -> dict[tuple[Any, Any], str]:
