@@ -90,13 +90,14 @@ def content_key(path: Path) -> str:
     return key
 
 
-def atomic_write(target: Path, data: bytes) -> None:
-    """Write ``data`` to ``target`` through a temporary file and a rename: readers see all or nothing."""
+def atomic_write(target: Path, *chunks: bytes) -> None:
+    """Write ``chunks`` to ``target`` through a temporary file and a rename: readers see all or nothing."""
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            for chunk in chunks:
+                f.write(chunk)
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):

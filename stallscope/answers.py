@@ -87,12 +87,12 @@ def lookup(key: str) -> Answer:
 
 
 def store(key: str, summary: str | None, document: bytes | None) -> None:
-    """Keep the parts of an answer that were made (``document``: the bytes ``--json`` writes); a cache that
-    cannot be written is not an error."""
+    """Keep the parts of an answer that were made (``document``: the JSON document, kept as ``--json``
+    writes it, with its final newline); a cache that cannot be written is not an error."""
     folder = answers_root() / key
     with contextlib.suppress(OSError):
         if document is not None:
-            atomic_write(folder / _JSON, document)
+            atomic_write(folder / _JSON, document, b"\n")
         if summary is not None:
             atomic_write(folder / _SUMMARY, summary.encode())
 

@@ -83,8 +83,7 @@ def _run_analyze(args: argparse.Namespace) -> int:
         if cached.summary is not None and (cached.json is not None or not args.json):
             _emit(args, cached.summary, cached.json)  # the same answer, without loading the trace
             return 0
-    summary, doc = _analyse(args, want_summary or key is not None)
-    document = doc + b"\n" if doc is not None else None
+    summary, document = _analyse(args, want_summary or key is not None)
     if key is not None:
         answers.store(key, summary, document)
     _emit(args, summary if want_summary else None, document)
@@ -157,12 +156,15 @@ def _write_json(target: str, document: bytes | Path) -> None:
                 shutil.copyfileobj(f, sys.stdout.buffer, 1 << 20)
         else:
             sys.stdout.buffer.write(document)
+            sys.stdout.buffer.write(b"\n")
         return
     try:
         if isinstance(document, Path):
             shutil.copyfile(document, target)  # a copy in the kernel: the cached file is never shared
         else:
-            Path(target).write_bytes(document)
+            with Path(target).open("wb") as f:  # not document + newline: a copy of a document of GBs
+                f.write(document)
+                f.write(b"\n")
     except OSError as exc:
         raise UsageError(f"--json {target}: cannot write ({exc.strerror or exc})") from None
 
