@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from analyzer.analysis import SCHEMA, Analysis, Summary
+from analyzer.analysis import SCHEMA, Analysis, StepStats, Summary
 from analyzer.counters import counters_json
 from analyzer.critical import Kind
 from analyzer.gaps import Gap
@@ -33,8 +33,19 @@ def encode_json(doc: Any) -> bytes:
     return msgspec.json.format(_ENCODER.encode(doc), indent=1)
 
 
-def _summary(s: Summary) -> dict[str, Any]:
-    return asdict(s)
+DEVICE_KEYS = ("device_busy_us", "device_idle_us", "device_utilization")
+
+
+def _summary(s: Summary, device: bool = True) -> dict[str, Any]:
+    """``s`` as JSON; without any device activity (a CPU-only run) its device figures are null: there is
+    no device to be busy or idle (not 0% busy and idle for the whole wall)."""
+    out = asdict(s)
+    return out if device else out | dict.fromkeys(DEVICE_KEYS)
+
+
+def _step(s: StepStats, device: bool) -> dict[str, Any]:
+    out = asdict(s)
+    return out if device else out | dict.fromkeys(DEVICE_KEYS[:2])
 
 
 def to_json(a: Analysis) -> dict[str, Any]:
@@ -76,7 +87,7 @@ def to_json(a: Analysis) -> dict[str, Any]:
             "dur_us": a.window.dur_us,
             "basis": a.window.basis.value,
         },
-        "summary": _summary(a.summary),
+        "summary": _summary(a.summary, bool(a.devices)),
         "devices": [
             {
                 "id": d.id,
@@ -103,7 +114,7 @@ def to_json(a: Analysis) -> dict[str, Any]:
             }
             for f in a.findings
         ],
-        "steps": [asdict(s) for s in a.steps],
+        "steps": [_step(s, bool(a.devices)) for s in a.steps],
         "whatif": [
             {"scenario": w.scenario.value, "predicted_wall_us": w.predicted_wall_us, "saving_us": w.saving_us}
             for w in (a.whatif.results if a.whatif else ())

@@ -2,7 +2,8 @@
 device kernels that took the most time inside the window, by name.
 
 - **ops** (``cpu_op``, legacy ``Operator``): count, how many ran inside the profiled steps, total time, and
-  self time (total less the time of the ops nested directly inside it, as ``key_averages`` counts it);
+  self time (total less the time of the ops nested directly inside it, through any Python frames between
+  them, as ``key_averages`` counts it);
 - **kernels**: count, total and mean device time, and whether a GEMM-like kernel uses the tensor cores
   (``None`` for kernels that are not GEMMs).
 
@@ -56,8 +57,8 @@ def top_tables(model: TraceModel, start_us: float, end_us: float, limit: int = T
     steps = len(model.steps) or None
     ops = np.flatnonzero(inside & (ev.kind == EventKind.CPU_OP))
     nested = np.zeros(len(ev))
-    parent = ev.parent[ops]
-    is_op_parent = (parent >= 0) & (ev.kind[np.maximum(parent, 0)] == EventKind.CPU_OP)
+    parent = _op_ancestor(ev.parent, ev.kind == EventKind.CPU_OP, ops)
+    is_op_parent = parent >= 0
     np.add.at(nested, parent[is_op_parent], ev.dur[ops][is_op_parent])
     self_us = np.maximum(ev.dur[ops] - nested[ops], 0.0)
     in_step = _in_steps(model, ev.ts[ops])
@@ -83,6 +84,20 @@ def top_tables(model: TraceModel, start_us: float, end_us: float, limit: int = T
             for c, n, tot, _own, _s in by_total
         ),
     )
+
+
+def _op_ancestor(parent: np.ndarray, is_op: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The nearest enclosing op of each of ``rows`` (-1 if none), through the Python frames and other
+    scopes between them (with stacks on, ``aten::_local_scalar_dense`` sits under a Python frame under
+    ``aten::item``)."""
+    anc = parent[rows].copy()
+    todo = np.flatnonzero(anc >= 0)
+    todo = todo[~is_op[anc[todo]]]
+    while len(todo):  # one step up per round for the rows still below a non-op
+        anc[todo] = parent[anc[todo]]
+        todo = todo[anc[todo] >= 0]
+        todo = todo[~is_op[anc[todo]]]
+    return np.asarray(anc)
 
 
 def _group(

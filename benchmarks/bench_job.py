@@ -21,7 +21,6 @@ import argparse
 import gzip
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -29,7 +28,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from bench_load import SHARED, WORK, hta_python, hta_version  # noqa: E402
+from bench_load import SHARED, WORK, child, hta_python, hta_version  # noqa: E402
 
 DLRM = SHARED / "traces" / "param_dlrm_v100_8rank"
 PLANTED = {13: (4, 2000.0), 200: (6, 3000.0)}  # rank -> (its k-th collective kernel, delay µs)
@@ -137,13 +136,7 @@ def make_job(n: int) -> Path:
 
 def run_child(python: str | Path, code: str, *args: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as cache_home:  # an empty cache: every rank is parsed
-        env = os.environ | {"XDG_CACHE_HOME": cache_home}
-        done = subprocess.run(
-            [str(python), "-c", code, *args], capture_output=True, text=True, env=env, cwd=ROOT, check=False
-        )
-    if done.returncode != 0:
-        raise SystemExit(f"benchmark child failed:\n{done.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+        result: dict[str, Any] = child(python, code, *args, env=os.environ | {"XDG_CACHE_HOME": cache_home})
     return result
 
 

@@ -4,6 +4,8 @@ it (``stallscope dashboard``). Binds to 127.0.0.1 unless told otherwise."""
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import threading
 from pathlib import Path
 from typing import Any, cast
@@ -11,7 +13,7 @@ from typing import Any, cast
 import dash
 from dash import dcc, html
 from flask import Flask
-from werkzeug.serving import BaseWSGIServer, make_server
+from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
 from dashboard import pages
 from dashboard.api import register_api
@@ -72,15 +74,30 @@ def open_services(
     return services
 
 
+class _PlainRequestLog(WSGIRequestHandler):
+    """werkzeug's request log line without its ANSI colours, for a log that is not a terminal."""
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        line = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in self.requestline)
+        self.log("info", '"%s" %s %s', line, getattr(code, "value", code), size)
+
+
+def _request_handler() -> type[WSGIRequestHandler]:
+    coloured = sys.stderr.isatty() and not os.environ.get("NO_COLOR")
+    return WSGIRequestHandler if coloured else _PlainRequestLog
+
+
 class Running:
     """A dashboard served on a background thread (tests, benchmarks) or the foreground (the CLI)."""
 
     def __init__(
         self, app: dash.Dash, host: str = "127.0.0.1", port: int = 8050, quiet: bool = False
     ) -> None:
-        if quiet:  # no access log line per request (benchmarks)
-            logging.getLogger("werkzeug").setLevel(logging.WARNING)
-        self.server: BaseWSGIServer = make_server(host, port, app.server, threaded=True)
+        # no access log line per request unless asked (`dashboard --log`); errors are still logged
+        logging.getLogger("werkzeug").setLevel(logging.WARNING if quiet else logging.INFO)
+        self.server: BaseWSGIServer = make_server(
+            host, port, app.server, threaded=True, request_handler=_request_handler()
+        )
         self.url = f"http://{host}:{self.server.server_port}"
         self._thread: threading.Thread | None = None
 

@@ -12,6 +12,7 @@ import tarfile
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -58,10 +59,25 @@ def wait(trace_id: str, url: str, timeout: float = 600.0, poll_s: float = 0.5) -
         time.sleep(poll_s)
 
 
+def base_url(url: str) -> str:
+    """The dashboard's address as given: ``http://host:port``, or a bare ``host:port`` (http assumed)."""
+    url = url.strip()
+    if "://" not in url:
+        url = f"http://{url}"
+    parts = urllib.parse.urlsplit(url)
+    try:
+        parts.port  # noqa: B018 (raises ValueError on a port that is not a number in range)
+    except ValueError:
+        parts = parts._replace(netloc="")
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UploadError(
+            f"--to {url}: give the dashboard's address, like 127.0.0.1:8050 or http://host:8050"
+        )
+    return url.rstrip("/")
+
+
 def _api(url: str, route: str) -> str:
-    if not url.startswith(("http://", "https://")):
-        raise UploadError(f"--to {url}: give the dashboard's address, like http://127.0.0.1:8050")
-    return f"{url.rstrip('/')}/api/{route}"
+    return f"{base_url(url)}/api/{route}"
 
 
 def _pack(folder: Path, target: Path) -> None:

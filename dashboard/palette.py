@@ -7,6 +7,10 @@ name (``sync``, ``input``, ``launch``, ``host``) share a colour, so a reader lea
 red is a sync, orange is data loading, purple is launch latency, blue is host work, green is the device
 computing, greys are idle or unexplained. The colours are the Okabe-Ito colour-blind-safe set, slightly
 muted so that long bars stay readable; order the legend with ``CAUSES`` / ``KINDS``.
+
+The timeline's raw events (kernels, host ops, runtime calls) are drawn in lighter tints of those colours:
+same hue, so a kernel still reads as device work, but never the colour of the critical path or of a gap
+cause drawn beside it ("critical: host" is not "host op").
 """
 
 from __future__ import annotations
@@ -25,8 +29,8 @@ DEPENDENCY = "#a6761d"  # brown: waiting on another stream / a collective
 IDLE = "#c3c8cf"  # light grey: nothing running
 UNKNOWN = "#8a919b"  # grey: not explained
 COPY = "#2bb0c7"  # teal: memcpy
-MEMSET = "#7fc8a9"  # pale green: memset
-PYTHON = "#9bbbe0"  # pale blue: python frames
+MEMSET = "#c9bd52"  # olive: memset (apart from the kernels' green tint)
+PYTHON = "#c8d9ee"  # very pale blue: python frames (apart from the host ops' tint)
 ANNOTATION = "#b9c2cf"  # blue-grey: user annotations, ProfilerStep
 OTHER = "#d5d9de"
 COUNTER = "#5b4b8a"  # dark violet: counter lines (a value over time, not an interval)
@@ -58,21 +62,28 @@ KIND_COLORS: Mapping[str, str] = MappingProxyType(
     }
 )
 
+
+def tint(colour: str, amount: float = 0.4) -> str:
+    """``colour`` (``#rrggbb``) mixed with ``amount`` of white."""
+    rgb = (int(colour[i : i + 2], 16) for i in (1, 3, 5))
+    return "#" + "".join(f"{round(c + (255 - c) * amount):02x}" for c in rgb)
+
+
 #: Timeline event colours by ``analyzer.names.EventKind`` name (lower case), plus ``sync_call`` for a
-#: runtime call that blocked and ``launch_call`` for one that launched work.
+#: runtime call that blocked and ``launch_call`` for one that launched work: tints of the kind colours.
 EVENT_COLORS: Mapping[str, str] = MappingProxyType(
     {
-        "kernel": DEVICE,
+        "kernel": tint(DEVICE),
         "memcpy": COPY,
         "memset": MEMSET,
-        "cpu_op": HOST,
+        "cpu_op": tint(HOST),
         "python": PYTHON,
         "annotation": ANNOTATION,
-        "runtime": LAUNCH,
-        "driver": LAUNCH,
-        "launch_call": LAUNCH,
-        "sync_call": SYNC,
-        "sync": SYNC,
+        "runtime": tint(LAUNCH),
+        "driver": tint(LAUNCH),
+        "launch_call": tint(LAUNCH),
+        "sync_call": tint(SYNC),
+        "sync": tint(SYNC),
         "gpu_annotation": ANNOTATION,
         "other": OTHER,
     }

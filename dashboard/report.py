@@ -56,12 +56,17 @@ class ReportOptions:
     max_sync_rows: int = 200  # sync groups listed (the costliest)
 
 
-def share(fraction: float) -> str:
-    """A percentage with one decimal below 1% (a 0.4% saving is not "0%")."""
+def share(fraction: float | None) -> str:
+    """A percentage with one decimal below 1% (a 0.4% saving is not "0%"); "—" for a figure that does not
+    exist (a CPU-only run's device figures are null)."""
+    if fraction is None:
+        return "—"
     return f"{fraction:.1%}" if 0 < abs(fraction) < 0.01 else f"{fraction:.0%}"
 
 
-def ms(us: float) -> str:
+def ms(us: float | None) -> str:
+    if us is None:
+        return "—"
     return f"{us / 1000:,.2f} ms" if abs(us) >= 1000 else f"{us:,.1f} µs"
 
 
@@ -79,7 +84,13 @@ def render(
     doc = _analysis_json(analysis)
     say("report: drawing the timelines")
     timelines = [
-        {"id": f"timeline-{i}", "title": title, "figure": _fig(timeline.figure(sl, title))}
+        {
+            "id": f"timeline-{i}",
+            "title": title,
+            # the title is the section's own heading (it wraps on a narrow page; inside the figure it would
+            # crowd the axis)
+            "figure": _fig(timeline.figure(sl, origin_name="step" if analysis.steps else "window")),
+        }
         for i, (title, sl) in enumerate(_timeline_slices(analysis, opts.max_items_per_lane))
     ]
     say("report: drawing the charts")
@@ -99,6 +110,7 @@ def render(
         "verdict": verdict_doc(doc),
         "findings": findings_doc(doc),
         "syncs": _sync_groups(doc, opts.max_sync_rows),
+        "tops": _tops(doc),
         "whatif": _whatif(analysis, doc),
         "pipeline": doc["pipeline"],
         "source": _source(analysis, doc, opts),
@@ -166,6 +178,19 @@ def _cdn_url() -> str:
     return f"https://cdn.jsdelivr.net/npm/plotly.js-basic-dist-min@{plotly_version()}/plotly-basic.min.js"
 
 
+def _tops(doc: Doc) -> Doc:
+    """The JSON's top tables with what their share columns divide by: the window, the device's busy time,
+    the profiled steps."""
+    tops = doc.get("tops") or {"ops": [], "kernels": []}
+    return {
+        **tops,
+        "window_us": float(doc["window"]["dur_us"]),
+        "busy_us": float(doc["summary"].get("device_busy_us") or 0.0),
+        "steps": len(doc.get("steps") or []),
+        "cpu_only": cpu_only(doc),
+    }
+
+
 def _fig(fig: go.Figure | None) -> Any:
     """A figure as plain JSON data (plotly's encoder handles numpy); embedded later with ``|tojson``."""
     return None if fig is None else json.loads(fig.to_json())
@@ -230,7 +255,7 @@ def verdict_doc(doc: Doc) -> Doc:
     estimates, saying which it is."""
     s = doc["summary"]
     wall = float(s["wall_us"]) or 1.0
-    idle_us = float(s["device_idle_us"])
+    idle_us = float(s["device_idle_us"] or 0.0)  # null on a CPU-only run
     idle = sorted(((v, c) for c, v in doc["idle_by_cause_us"].items() if v > 0), reverse=True)
     best = _best_saving(doc)
     saving, finding = best_saving(doc)  # a finding's own estimate can be the larger one

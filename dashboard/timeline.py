@@ -409,12 +409,16 @@ def _fmt_us(us: float) -> str:
     return f"{us / 1000:.2f} ms" if us >= 1000 else f"{us:.1f} µs"
 
 
-def figure(sl: TimelineSlice, title: str = "") -> go.Figure:
+def figure(
+    sl: TimelineSlice, title: str = "", origin_us: float | None = None, origin_name: str = "range"
+) -> go.Figure:
     """Plotly figure of a slice: one horizontal bar trace per colour, rows top to bottom as extracted,
-    x in milliseconds from the slice start, syncs as markers, steps as dotted boundaries. Each bar costs
+    x in milliseconds from ``origin_us`` (default: the slice start; the explorer passes the window's start,
+    so a zoomed view keeps absolute times), named "ms from the start of the {origin_name}" under the title;
+    syncs as markers, steps as dotted boundaries. Each bar costs
     the browser an SVG element: the item budget of ``extract`` is what keeps a big report quick to open
     (filled polygons draw no faster in plotly once they carry hover points)."""
-    origin = sl.start_us
+    origin = sl.start_us if origin_us is None else origin_us
     ypos = {r.key: i for i, r in enumerate(sl.rows)}
     traces: dict[str, dict[str, list[object]]] = {}
     colours: dict[str, str] = {}
@@ -447,7 +451,7 @@ def figure(sl: TimelineSlice, title: str = "") -> go.Figure:
         )
     _add_syncs(fig, sl, ypos, origin)
     add_counters(fig, sl.counters, len(sl.rows), origin, sl.end_us)
-    _layout(fig, sl, title)
+    _layout(fig, sl, title, origin, f"ms from the start of the {origin_name}")
     return fig
 
 
@@ -479,9 +483,8 @@ def _add_syncs(fig: go.Figure, sl: TimelineSlice, ypos: dict[str, int], origin: 
     )
 
 
-def _layout(fig: go.Figure, sl: TimelineSlice, title: str) -> None:
+def _layout(fig: go.Figure, sl: TimelineSlice, title: str, origin: float, axis: str) -> None:
     n = len(sl.rows) + len(sl.counters)
-    origin = sl.start_us
     step_lines = [  # one layout update for all (add_vline per step relayouts every time)
         {
             "type": "line",
@@ -500,13 +503,17 @@ def _layout(fig: go.Figure, sl: TimelineSlice, title: str) -> None:
     ticks += [html.escape(_clip(c.label, 60)) for c in sl.counters]
     if sl.merged:
         title += " (short events merged at this zoom)"
+    # the axis's unit is a line of its own under the title: an axis title on the top side would share the
+    # title's line and overlap it on a narrow page
+    heading = f"{html.escape(title)}<br>" if title else ""
+    heading += f'<span style="font-size:11px">{html.escape(axis)}</span>'
     fig.update_layout(
-        title={"text": html.escape(title), "font": {"size": 14}, "x": 0, "xanchor": "left"},
+        title={"text": heading, "font": {"size": 14}, "x": 0, "xanchor": "left", "y": 1, "yanchor": "top"},
         barmode="overlay",
         hovermode="closest",
         # rows, the axis and title above, and the legend below (it wraps on a narrow page or on paper)
-        height=max(160, 110 + _ROW_PX * n + 22 * -(-len(fig.data) // 4)),
-        margin={"l": 10, "r": 10, "t": 36, "b": 40},
+        height=max(160, (128 if title else 110) + _ROW_PX * n + 22 * -(-len(fig.data) // 4)),
+        margin={"l": 10, "r": 10, "t": 62 if title else 44, "b": 40},
         font={"family": palette.FONT_FAMILY, "size": 12, "color": palette.TEXT},
         plot_bgcolor=palette.BACKGROUND,
         paper_bgcolor=palette.BACKGROUND,
@@ -515,8 +522,7 @@ def _layout(fig: go.Figure, sl: TimelineSlice, title: str) -> None:
         dragmode="zoom",
         shapes=step_lines,
         xaxis={
-            "title": {"text": "ms from the start of the range", "font": {"size": 11}},
-            "range": [0, (sl.end_us - origin) / 1000],
+            "range": [(sl.start_us - origin) / 1000, (sl.end_us - origin) / 1000],
             "gridcolor": palette.GRID,
             "zeroline": False,
             "side": "top",

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 import stallscope.dashboard_cmd as dashboard_cmd
 from analyzer.errors import StallscopeError, UsageError
-from stallscope import __version__, answers, profile_cmd, report_cmd
+from stallscope import __version__, answers, diff_cmd, profile_cmd, report_cmd
 from stallscope.watchdog import add_input_limits
 
 if TYPE_CHECKING:
-    from analyzer.analysis import Analysis
+    from analyzer.diff import Side
 
 
 @dataclass(frozen=True)
@@ -141,7 +141,7 @@ def _emit(args: argparse.Namespace, summary: str | None, document: bytes | Path 
     """Write the JSON document (``--json``: its bytes, or the cached file that holds them) and print the
     summary, as ``analyze`` does."""
     if args.json and document is not None:
-        _write_json(args.json, document)
+        write_document(args.json, document)
     if summary is not None and not args.quiet and args.json != "-":
         print(summary)
         if args.json:
@@ -149,7 +149,16 @@ def _emit(args: argparse.Namespace, summary: str | None, document: bytes | Path 
     sys.stdout.flush()
 
 
-def _write_json(target: str, document: bytes | Path) -> None:
+def write_json(target: str, doc: object) -> None:
+    """Encode ``doc`` as JSON and write it to ``target`` ('-': stdout)."""
+    from analyzer.output import encode_json
+
+    write_document(target, encode_json(doc))
+
+
+def write_document(target: str, document: bytes | Path) -> None:
+    """Write a JSON document (its bytes, or a file that holds them with their final newline) to ``target``
+    ('-': stdout); ``UsageError`` when it cannot be written."""
     if target == "-":
         if isinstance(document, Path):
             with document.open("rb") as f:
@@ -170,7 +179,9 @@ def _write_json(target: str, document: bytes | Path) -> None:
 
 
 def _configure_check(p: argparse.ArgumentParser) -> None:
-    p.add_argument("trace", help="trace file, folder of rank files, or stallscope bundle")
+    p.add_argument(
+        "trace", help="trace file, folder of rank files, stallscope bundle, or analyze --json output"
+    )
     p.add_argument(
         "--rank", type=int, default=None, help="rank to check in a multi-rank folder (default: lowest)"
     )
@@ -189,19 +200,29 @@ def _configure_check(p: argparse.ArgumentParser) -> None:
         metavar="F",
         help="fail if the host is blocked in syncs more than F of the window",
     )
+    p.add_argument(
+        "--baseline",
+        metavar="OLD",
+        help="the run to compare with (trace, folder, bundle or analyze --json output); needs --max-regression",
+    )
+    p.add_argument(
+        "--max-regression",
+        type=float,
+        metavar="PCT",
+        help="fail if the wall or the median step time grew more than PCT percent over --baseline",
+    )
     p.add_argument("--no-cache", action="store_true", help="parse the trace even if a cached model exists")
     add_input_limits(p)
 
 
-def _run_check(args: argparse.Namespace) -> int:
-    """CI performance gate: exit 1 when a threshold is exceeded, 0 when all hold, 2 on bad input."""
-    from analyzer import cache
-    from stallscope.analysing import load_and_analyse
-
-    limits = (args.max_idle_frac, args.max_avoidable_syncs, args.max_sync_wait_frac)
+def _check_usage(args: argparse.Namespace) -> None:
+    if (args.baseline is None) != (args.max_regression is None):
+        raise UsageError("check: --baseline and --max-regression go together (give both)")
+    limits = (args.max_idle_frac, args.max_avoidable_syncs, args.max_sync_wait_frac, args.max_regression)
     if all(v is None for v in limits):
         raise UsageError(
-            "check: give at least one of --max-idle-frac, --max-avoidable-syncs, --max-sync-wait-frac"
+            "check: give at least one of --max-idle-frac, --max-avoidable-syncs, --max-sync-wait-frac, "
+            "--max-regression"
         )
     for name, value in (
         ("--max-idle-frac", args.max_idle_frac),
@@ -209,41 +230,59 @@ def _run_check(args: argparse.Namespace) -> int:
     ):
         if value is not None and not 0.0 <= value <= 1.0:
             raise UsageError(f"check: {name} must be a fraction between 0 and 1, not {value}")
-    a = load_and_analyse(
-        args.trace, args.rank, not args.no_cache, None, args.time_limit, args.max_inflated_mb
-    )
-    cache.wait()
+    if args.max_regression is not None and not 0.0 <= args.max_regression < float("inf"):
+        raise UsageError(f"check: --max-regression is a percentage of 0 or more, not {args.max_regression}")
+
+
+def _run_check(args: argparse.Namespace) -> int:
+    """CI performance gate: exit 1 when a threshold is exceeded (a limit, or a regression over the
+    baseline), 0 when all hold, 2 on bad input."""
+    from analyzer.diff import compare, gate, side_of
+    from stallscope.diff_terminal import render_gates
+    from stallscope.diffing import load_doc, load_side
+
+    _check_usage(args)
+    limits = (args.time_limit, args.max_inflated_mb)
+    # the gate compares walls and steps only: the new run's top tables need not be complete
+    doc, cut = load_doc(args.trace, args.rank, not args.no_cache, None, *limits, full_tops=False)
+    new = side_of(doc, args.trace, tops_cut=cut)  # checks a saved analysis is complete
     failed = 0
-    for name, value, limit, fmt in _check_measures(a, args):
+    lines = []
+    for name, value, limit, fmt in _check_measures(new, args):
         if limit is None:
             continue
         if value is None:
-            print(f"skip {name}: a CPU-only run has no device (limit {fmt.format(limit)} not applied)")
+            lines.append(f"skip {name}: a CPU-only run has no device (limit {fmt.format(limit)} not applied)")
             continue
         ok = value <= limit
         failed += not ok
-        print(f"{'ok  ' if ok else 'FAIL'} {name} {fmt.format(value)} (limit {fmt.format(limit)})")
+        lines.append(f"{'ok  ' if ok else 'FAIL'} {name} {fmt.format(value)} (limit {fmt.format(limit)})")
+    if args.baseline is not None:
+        old = load_side(args.baseline, args.rank, not args.no_cache, None, *limits)
+        gates = gate(compare(old, new), args.max_regression)
+        failed += sum(g.regressed for g in gates)
+        lines += render_gates(gates, args.max_regression)
+    print("\n".join(lines))
     print(f"stallscope check: {'failed' if failed else 'passed'} ({args.trace})")
     return 1 if failed else 0
 
 
-def _check_measures(a: Analysis, args: argparse.Namespace) -> list[tuple[str, float | None, Any, str]]:
-    """(name, value or None when it does not apply, limit, format) for each limit of ``check``. On a
-    CPU-only run the device limits do not apply, and the avoidable syncs are the would-be syncs: the
-    sync-prone calls in the loop whose tensors would be on the accelerator."""
-    s = a.summary
-    wall = s.wall_us or 1.0
-    if a.main_device is None:
-        would = sum(f.count for f in a.findings if f.rule.startswith("would_sync"))
+def _check_measures(new: Side, args: argparse.Namespace) -> list[tuple[str, float | None, Any, str]]:
+    """(name, value or None when it does not apply, limit, format) for each limit of ``check``, from the
+    figures a diff reads of the run (``analyzer.diff.Side``). On a CPU-only run the device limits do not
+    apply, and the avoidable syncs are the would-be syncs: the sync-prone calls in the loop whose tensors
+    would be on the accelerator."""
+    wall = new.wall_us or 1.0
+    if new.cpu_only:
         return [
             ("device idle", None, args.max_idle_frac, "{:.1%}"),
-            ("would-be syncs", float(would), args.max_avoidable_syncs, "{:.0f}"),
+            ("would-be syncs", float(new.would_sync_count or 0), args.max_avoidable_syncs, "{:.0f}"),
             ("host sync wait", None, args.max_sync_wait_frac, "{:.1%}"),
         ]
     return [
-        ("device idle", s.device_idle_us / wall, args.max_idle_frac, "{:.1%}"),
-        ("avoidable syncs", float(s.avoidable_sync_count or 0), args.max_avoidable_syncs, "{:.0f}"),
-        ("host sync wait", s.host_sync_wait_us / wall, args.max_sync_wait_frac, "{:.1%}"),
+        ("device idle", (new.device_idle_us or 0.0) / wall, args.max_idle_frac, "{:.1%}"),
+        ("avoidable syncs", float(new.avoidable_sync_count), args.max_avoidable_syncs, "{:.0f}"),
+        ("host sync wait", (new.host_sync_wait_us or 0.0) / wall, args.max_sync_wait_frac, "{:.1%}"),
     ]
 
 
@@ -274,6 +313,12 @@ COMMANDS: tuple[Command, ...] = (
         profile_cmd.run,
     ),
     Command("report", "write a standalone HTML report of a trace", report_cmd.configure, report_cmd.run),
+    Command(
+        "diff",
+        "compare two runs (before, after): wall, verdict, steps, syncs, ops, what-if",
+        diff_cmd.configure,
+        diff_cmd.run,
+    ),
 )
 
 

@@ -17,6 +17,7 @@ def configure_dashboard(p: argparse.ArgumentParser) -> None:
         help="address to listen on (default 127.0.0.1: this machine only; 0.0.0.0 shares it on the network)",
     )
     p.add_argument("--port", type=int, default=8050, help="port (default 8050; 0 picks a free one)")
+    p.add_argument("--log", action="store_true", help="print one line per HTTP request (off by default)")
     p.add_argument(
         "--store",
         metavar="DIR",
@@ -71,7 +72,7 @@ def run_dashboard(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UsageError(f"--store {store_dir}: cannot use it ({exc.strerror or exc})") from None
     try:
-        running = Running(create_app(services), args.host, args.port)
+        running = Running(create_app(services), args.host, args.port, quiet=not args.log)
     except OSError as exc:
         raise UsageError(f"cannot listen on {args.host}:{args.port} ({exc.strerror or exc})") from None
     print(f"stallscope dashboard: {running.url}  (store {store_dir}; Ctrl-C stops it)", flush=True)
@@ -91,7 +92,9 @@ def _stop(_signum: int, _frame: object) -> None:
 
 def configure_upload(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="trace (.json, .json.gz), zip/tar bundle, or a bundle folder")
-    p.add_argument("--to", required=True, metavar="URL", help="the dashboard, like http://127.0.0.1:8050")
+    p.add_argument(
+        "--to", required=True, metavar="ADDR", help="the dashboard: 127.0.0.1:8050 or http://host:port"
+    )
     p.add_argument("--tag", action="append", default=[], help="tag the upload (repeatable)")
     p.add_argument("--wait", action="store_true", help="wait for the analysis and print its headline numbers")
 

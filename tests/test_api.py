@@ -144,6 +144,18 @@ def test_stallscope_upload_sends_a_bundle_folder_and_waits(
     assert "no such file" in capsys.readouterr().err
 
 
+def test_upload_takes_a_bare_host_port_and_refuses_what_is_no_address(
+    server: Running, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bare = server.url.removeprefix("http://")
+    assert main(["upload", str(ITEM), "--to", bare]) == 0
+    assert f"{server.url}/trace/" in capsys.readouterr().out
+    for wrong in ("ftp://127.0.0.1:8050", "127.0.0.1:port", "http://"):
+        assert main(["upload", str(ITEM), "--to", wrong]) == 2
+        err = capsys.readouterr().err
+        assert "give the dashboard's address" in err and err.count("\n") == 1
+
+
 def test_the_page_links_the_stylesheet_and_the_server_serves_it(server: Running) -> None:
     """The dashboard's look (dashboard/pages/assets/stallscope.css) reaches the browser: Dash links it
     from the page and serves it, with the palette's colours in it."""

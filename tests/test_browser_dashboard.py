@@ -72,6 +72,22 @@ def test_upload_overview_timeline_zoom_compare(browser: Browser, dashboard: str,
     assert "items" in after
     assert browser.wait_for(bars, timeout=30) > 0
     assert browser.js("return location.pathname") == trace_path + "/timeline"
+    # the zoomed axis is still in ms from the window start: zooming to 1.2..1.5 shows 1.2..1.5 ms
+    browser.js(
+        "const g = document.querySelector('#explorer-graph .js-plotly-plot');"
+        "Plotly.relayout(g, {'xaxis.range': [1.2, 1.5]});"
+    )
+    browser.wait_for(
+        "return document.querySelector('#explorer-status').textContent.startsWith('showing 1.20 ms to 1.50 ms')",
+        timeout=30,
+    )
+
+    browser.driver.find_element("link text", "Top ops").click()
+    first_op = browser.wait_for(
+        "const c = document.querySelector('#tops-ops td[data-dash-column=name]'); return c && c.textContent",
+        timeout=30,
+    )
+    assert first_op.startswith("aten::")
 
     browser.driver.find_element("link text", "Compare…").click()
     browser.wait_for("return document.querySelector('#compare-a')", timeout=30)

@@ -225,3 +225,23 @@ def test_an_analysis_over_its_memory_limit_fails_only_its_entry(
         assert store.get(hog).error == "out of memory while analysing the trace"
     finally:
         worker.shutdown()
+
+
+@pytest.mark.parametrize("log", [False, True])
+def test_the_request_log_is_off_unless_asked_and_plain_when_not_a_terminal(tmp_path: Path, log: bool) -> None:
+    # GIVEN `stallscope dashboard` with its stderr going to a pipe (not a terminal), with and without --log
+    cmd = [sys.executable, "-m", "stallscope", "dashboard", "--store", str(tmp_path / "s"), "--port", "0"]
+    proc = subprocess.Popen(
+        cmd + (["--log"] if log else []), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    url = proc.stdout.readline().split()[2]
+    try:
+        # WHEN a request comes in
+        assert call("GET", f"{url}/api/traces")[0] == 200
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    # THEN only --log writes a line for it, and that line has no colour codes
+    assert ('"GET /api/traces HTTP/1.1" 200' in err) is log, err
+    assert "\x1b" not in err

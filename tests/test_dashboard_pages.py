@@ -173,7 +173,9 @@ def test_a_cpu_only_trace_says_cpu_only_instead_of_zero_utilization(services: Se
 
     cpu = add(services, CPU_ONLY, "cpu-only.json.gz")
     raw = services.store.analysis(cpu)
-    assert raw["devices"] == [] and raw["summary"]["device_utilization"] == 0.0  # what the analysis says
+    # what the analysis says: no device figures (null, not 0% busy and idle for the whole wall)
+    assert raw["devices"] == [] and raw["summary"]["device_utilization"] is None
+    assert raw["summary"]["device_idle_us"] is None and raw["steps"][0]["device_idle_us"] is None
     # traces table: a null utilization (drawn as a dash, sorts apart from real numbers), bottleneck "CPU only"
     by_id = {r["id"]: r for r in traces.rows(services.store.entries(), "")}
     gpu = services.store.analysis(item)["summary"]
@@ -192,6 +194,17 @@ def test_a_cpu_only_trace_says_cpu_only_instead_of_zero_utilization(services: Se
     shown = cards(page)
     assert shown["GPU utilization"] == "—" and shown["bottleneck"] == "CPU only"
     assert find(page, overview.Ids.IDLE.value) is None
+    # ... its top host ops instead (the main answer of a CPU-only run), as the JSON's tops
+    top = find(page, overview.Ids.TOP_OPS.value)
+    assert [r["name"] for r in top.data] == [r["name"] for r in raw["tops"]["ops"][:5]]
+    assert top.data[0]["self_ms"] == pytest.approx(raw["tops"]["ops"][0]["self_us"] / 1000)
+    assert find(render(services, f"/trace/{item}"), overview.Ids.TOP_OPS.value) is None
+    # steps: no device busy/idle columns (not 0 and the whole wall)
+    steps = find(render(services, f"/trace/{cpu}/steps"), tables.Ids.STEP_TABLE.value)
+    assert "idle_ms" not in {c["id"] for c in steps.columns} and "idle_ms" not in steps.data[0]
+    assert [r["dur_ms"] for r in steps.data] == [pytest.approx(x["dur_us"] / 1000) for x in raw["steps"]]
+    gpu_steps = find(render(services, f"/trace/{item}/steps"), tables.Ids.STEP_TABLE.value)
+    assert "idle_ms" in {c["id"] for c in gpu_steps.columns}
     gpu_cards = cards(render(services, f"/trace/{item}"))
     assert gpu_cards["GPU utilization"] == f"{gpu['device_utilization']:.1%}"
     assert gpu_cards["bottleneck"] == gpu["bottleneck"]
@@ -221,12 +234,18 @@ def test_timeline_zoom_asks_only_for_the_visible_range(services: Services, item:
         services, item, None, {"xaxis.range[0]": 1.0, "xaxis.range[1]": 2.0}, view
     )
     assert new["start"] == pytest.approx(view["lo"] + 1000) and new["end"] == pytest.approx(view["lo"] + 2000)
-    assert fig.layout.xaxis.range[1] == pytest.approx(1.0)
+    # the zoomed axis keeps absolute times: ms from the window start, not from the zoomed range's start
+    assert tuple(fig.layout.xaxis.range) == pytest.approx((1.0, 2.0))
+    assert "ms from the start of the window" in fig.layout.title.text
     assert status.startswith("showing 1.00 ms to 2.00 ms")
     # every drawn bar lies inside the visible range
     for t in fig.data:
         if t.type == "bar":
-            assert all(0 <= b <= 1.0 + 1e-9 for b in t.base)
+            assert all(1.0 - 1e-9 <= b <= 2.0 + 1e-9 for b in t.base)
+    # zooming again reads the axis the same way: 1.2..1.5 ms means 1.2..1.5 ms from the window start
+    deeper = explorer.next_view(new, None, {"xaxis.range": [1.2, 1.5]})
+    assert deeper is not None
+    assert (deeper["start"], deeper["end"]) == pytest.approx((view["lo"] + 1200, view["lo"] + 1500))
     back = explorer.next_view(new, None, {"xaxis.autorange": True})
     assert back is not None and (back["start"], back["end"]) == (view["lo"], view["hi"])
     out = explorer.next_view(new, explorer.Ids.ZOOM_OUT.value, None)
@@ -265,6 +284,21 @@ def test_syncs_gaps_and_steps_filters(services: Services, item: str) -> None:
     ]
     page = render(services, f"/trace/{item}/syncs")
     assert len(find(page, tables.Ids.SYNC_TABLE.value).data) == len(doc["syncs"])
+
+
+def test_top_ops_page_shows_the_analysis_tops_with_shares(services: Services, item: str) -> None:
+    doc = services.store.analysis(item)
+    page = render(services, f"/trace/{item}/tops")
+    ops = find(page, tables.Ids.TOP_OPS.value).data
+    kernels = find(page, tables.Ids.TOP_KERNELS.value).data
+    assert [r["name"] for r in ops] == [r["name"] for r in doc["tops"]["ops"]]
+    first = doc["tops"]["ops"][0]
+    assert ops[0]["self_share"] == pytest.approx(first["self_us"] / doc["window"]["dur_us"])
+    assert ops[0]["per_step_ms"] == pytest.approx(first["self_us"] / len(doc["steps"]) / 1000)
+    k = doc["tops"]["kernels"][0]
+    assert kernels[0]["name"] == k["name"] and kernels[0]["count"] == k["count"]
+    assert kernels[0]["busy_share"] == pytest.approx(k["total_us"] / doc["summary"]["device_busy_us"])
+    assert kernels[0]["tensor_cores"] in ("yes", "no", "not a GEMM")
 
 
 def test_whatif_predicted_times_and_the_retimed_end(services: Services, item: str) -> None:

@@ -96,9 +96,33 @@ def item_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Analysis, str
 
 def test_sections_appear_in_the_documented_order(item_report: tuple[Analysis, str]) -> None:
     _a, text = item_report
-    ids = ["verdict", "findings", "timelines", "charts", "syncs", "whatif", "source"]
+    ids = ["verdict", "findings", "timelines", "charts", "syncs", "tops", "whatif", "source"]
     positions = [text.index(f'<section id="{i}"') for i in ids]
     assert positions == sorted(positions)
+
+
+def test_top_tables_show_the_analysis_tops_with_their_shares(item_report: tuple[Analysis, str]) -> None:
+    a, text = item_report
+    tops = to_json(a)["tops"]
+    page = Page(text)
+    rows = [t for _a, t in page.by_class("site") if t]
+    ops = [r["name"] for r in tops["ops"]]
+    kernels = [r["name"] for r in tops["kernels"]]
+    assert ops and kernels
+    # the tables list the JSON's rows in its order (ops by self time, kernels by device time)
+    assert [r for r in rows if r in ops] == ops and [r for r in rows if r in kernels] == kernels
+    op_table = page.by_id("top-ops")[1]
+    first = tops["ops"][0]
+    assert (
+        f"{first['name']} {report.ms(first['self_us'])} {report.share(first['self_us'] / a.window.dur_us)}"
+        in op_table
+    )
+    k = tops["kernels"][0]
+    busy = sum(r["total_us"] for r in tops["kernels"])
+    kernel_table = page.by_id("top-kernels")[1]
+    assert f"{k['name']} {report.ms(k['total_us'])}" in kernel_table
+    assert report.share(k["total_us"] / to_json(a)["summary"]["device_busy_us"]) in kernel_table
+    assert busy <= to_json(a)["summary"]["device_busy_us"] + 1e-6
 
 
 def test_verdict_numbers_are_the_analysis_numbers(item_report: tuple[Analysis, str]) -> None:
@@ -169,7 +193,10 @@ def test_figures_are_embedded_as_json_and_the_timelines_show_a_median_and_the_wo
     for p in placeholders:
         fig = page.json_script(p["data-figure"])
         assert fig["data"], p["id"]
-    titles = [page.json_script(f"timeline-{i}-data")["layout"]["title"]["text"] for i in range(2)]
+    titles = [" ".join("".join(t).split()) for tag, _a, t in page.elements if tag == "h3"][:2]
+    for i in range(2):  # the heading is HTML above the figure; the figure names its axis's origin
+        axis = page.json_script(f"timeline-{i}-data")["layout"]["title"]["text"]
+        assert "ms from the start of the step" in axis
     durations = sorted(s.dur_us for s in a.steps)
     assert titles[0].startswith("Representative step") and "median" in titles[0]
     assert titles[1].startswith("Worst step") and report.ms(durations[-1]) in titles[1]
@@ -214,8 +241,9 @@ def test_a_trace_without_steps_gets_a_whole_window_timeline(tmp_path: Path) -> N
     a = analysed(s, tmp_path)
     assert not a.steps
     page = Page(report.render(a, report.ReportOptions(cdn=True)))
-    title = page.json_script("timeline-0-data")["layout"]["title"]["text"]
+    title = next(" ".join("".join(t).split()) for tag, _a, t in page.elements if tag == "h3")
     assert title.startswith("Timeline of the whole trace")
+    assert "start of the window" in page.json_script("timeline-0-data")["layout"]["title"]["text"]
     assert not [a_ for _t, a_, _x in page.elements if a_.get("id") == "timeline-1"]
     assert not [a_ for _t, a_, _x in page.elements if a_.get("id") == "chart-steps"]
 
@@ -245,6 +273,7 @@ def test_hostile_trace_text_is_escaped_everywhere(tmp_path: Path) -> None:
     # the names are still there, as text: in the sync table, the findings and the timeline's hover text
     visible = " ".join("".join(t) for _tag, _a, t in page.elements)
     assert f"{HOSTILE_FILE}:7 in {HOSTILE_FUNC}" in visible
+    assert HOSTILE_OP in page.by_id("top-ops")[1] and HOSTILE_KERNEL in page.by_id("top-kernels")[1]
     hover = json.dumps(page.json_script("timeline-0-data"), ensure_ascii=False)
     assert "&lt;/script&gt;&lt;script&gt;alert(&#x27;kernel&#x27;)&lt;/script&gt;" in hover
     assert "é中" in hover
@@ -305,6 +334,17 @@ def test_a_cpu_only_bundle_says_so_instead_of_drawing_device_charts() -> None:
     assert "CPU-only profile" in sentence and "—" in page.by_id("card-utilization")[1]
     assert page.json_script("chart-idle-data")["layout"]["title"]["text"].endswith("no device in this trace")
     assert not [a_ for _t, a_, _x in page.elements if a_.get("id") == "chart-steps"]
+    # the host ops are the main answer of a CPU-only run: their table comes right after the findings
+    text = report.render(a, report.ReportOptions(cdn=True))
+    assert (
+        text.index('<section id="findings"')
+        < text.index('<section id="tops"')
+        < text.index('<section id="timelines"')
+    )
+    top = to_json(a)["tops"]["ops"][0]
+    ops_table = page.by_id("top-ops")[1]
+    assert ops_table.split("self per step ", 1)[1].startswith(f"{top['name']} {report.ms(top['self_us'])}")
+    assert not [a_ for _t, a_, _x in page.elements if a_.get("id") == "top-kernels"]
     assert "<title>stallscope report · item_logging</title>" in report.render(
         a, report.ReportOptions(cdn=True)
     )

@@ -26,8 +26,17 @@ def test_shared_names_share_colours_and_enums_equal_their_values() -> None:
     for name in ("sync", "input", "launch", "host"):
         assert palette.cause_color(name) == palette.kind_color(name)
     assert palette.cause_color(Cause.DEPENDENCY) == palette.cause_color("dependency")
-    assert palette.event_color(EventKind.KERNEL) == palette.kind_color(Kind.DEVICE)
+    # raw events are lighter tints of their kind: a kernel reads as device work, host ops as host work
+    assert palette.event_color(EventKind.KERNEL) == palette.tint(palette.kind_color(Kind.DEVICE)) == "#7fc4a9"
+    assert palette.event_color(EventKind.CPU_OP) == palette.tint(palette.kind_color(Kind.HOST))
     assert palette.event_color(EventKind.MEMCPY) != palette.event_color(EventKind.KERNEL)
+
+
+def test_no_timeline_event_shares_a_colour_with_a_critical_kind_or_a_gap_cause() -> None:
+    # "critical: host" beside "host op", "critical: sync" beside "blocking call" must be told apart
+    strong = set(palette.KIND_COLORS.values()) | set(palette.CAUSE_COLORS.values())
+    assert not {k for k, c in palette.EVENT_COLORS.items() if c in strong}
+    assert palette.event_color("python") != palette.event_color("cpu_op")
 
 
 def test_unknown_names_fall_back_to_greys() -> None:

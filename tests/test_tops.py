@@ -52,3 +52,20 @@ def test_ops_by_self_time_and_kernels_by_device_time(write_trace: WriteTrace) ->
     assert "top ops" in text and "aten::mm" in text and "aten::linear" not in text
     assert "volta_sgemm_128x64_nn" in text and "top kernels" in text
     assert "top ops" not in render(a)  # a GPU run shows them only when asked
+
+
+def test_an_op_under_a_python_frame_under_an_op_counts_as_nested(write_trace: WriteTrace) -> None:
+    # GIVEN `.item()` recorded with Python stacks: aten::item > <built-in method item> > _local_scalar_dense
+    ev = [
+        span("user_annotation", "ProfilerStep#1", 0, 1_000),
+        span("python_function", "train.py(42): train_step", 5, 990),
+        span("cpu_op", "aten::item", 10, 900),
+        span("python_function", "<built-in method item of Tensor object>", 11, 890),
+        span("cpu_op", "aten::_local_scalar_dense", 12, 880),
+    ]
+    t = top_tables(analyze(load(write_trace(document(ev)))).model, 0, 1_000)
+    ops = {r.name: r for r in t.ops}
+    # THEN the scalar read holds the time, and aten::item's self time is only what lies outside it
+    assert ops["aten::_local_scalar_dense"].self_us == 880
+    assert ops["aten::item"].self_us == pytest.approx(20)
+    assert [r.name for r in t.ops] == ["aten::_local_scalar_dense", "aten::item"]

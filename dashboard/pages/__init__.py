@@ -30,6 +30,7 @@ _TRACE_PAGES = {
     "syncs": tables.syncs_layout,
     "gaps": tables.gaps_layout,
     "steps": tables.steps_layout,
+    "tops": tables.tops_layout,
     "whatif": whatif.layout,
     "job": job.layout,
 }

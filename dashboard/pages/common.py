@@ -103,6 +103,7 @@ TRACE_TABS = (
     ("/syncs", "Syncs"),
     ("/gaps", "Gaps"),
     ("/steps", "Steps"),
+    ("/tops", "Top ops"),
     ("/whatif", "What-if"),
     ("/job", "Job"),
 )

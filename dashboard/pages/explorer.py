@@ -50,7 +50,7 @@ def next_view(
     view: dict[str, float], trigger: str | None, relayout: dict[str, Any] | None
 ) -> dict[str, float] | None:
     """The range to show after a user action, or None when the action does not change it. The figure's x
-    axis is in ms from the current range's start."""
+    axis is in ms from the window's start (``lo``), whatever the zoom."""
     lo, hi = view["lo"], view["hi"]
     if trigger == Ids.RESET.value:
         return {**view, "start": lo, "end": hi}
@@ -69,7 +69,7 @@ def next_view(
     )
     if not isinstance(r0, int | float) or not isinstance(r1, int | float):
         return None
-    return _clamp(view, view["start"] + r0 * 1000, view["start"] + r1 * 1000)
+    return _clamp(view, lo + r0 * 1000, lo + r1 * 1000)
 
 
 def _clamp(view: dict[str, float], start: float, end: float) -> dict[str, float]:
@@ -85,7 +85,7 @@ def draw(services: Services, trace_id: str, view: dict[str, float]) -> tuple[Any
     """The figure of ``view`` and a status line (range shown, items drawn, whether merged)."""
     a = services.live.get(trace_id)
     sl = timeline.extract(a.model, a, view["start"], view["end"], MAX_ITEMS)
-    fig = timeline.figure(sl)
+    fig = timeline.figure(sl, origin_us=view["lo"], origin_name="window")
     fig.update_layout(uirevision=f"{view['start']}-{view['end']}")
     merged = ", short events merged" if sl.merged else ""
     status = (
@@ -124,9 +124,9 @@ def details(services: Services, trace_id: str, view: dict[str, float], click: di
     sl = timeline.extract(a.model, a, view["start"], view["end"], MAX_ITEMS)
     custom = p.get("customdata")
     if isinstance(custom, str) and custom.startswith("counter:"):  # a point of a counter line
-        return _counter_panel(sl, custom, view["start"] + float(p.get("x", 0.0)) * 1000)
-    if "base" not in p:  # a sync marker (x = its start, in ms from the range start)
-        at = view["start"] + float(p.get("x", 0.0)) * 1000
+        return _counter_panel(sl, custom, view["lo"] + float(p.get("x", 0.0)) * 1000, view["lo"])
+    if "base" not in p:  # a sync marker (x = its start, in ms from the window start)
+        at = view["lo"] + float(p.get("x", 0.0)) * 1000
         marks = sorted(sl.syncs, key=lambda m: abs(m.start_us - at))
         if not marks:
             return no_update
@@ -143,7 +143,7 @@ def details(services: Services, trace_id: str, view: dict[str, float], click: di
     if not 0 <= row_index < len(sl.rows):
         return no_update
     row = sl.rows[row_index]
-    at = view["start"] + float(p["base"]) * 1000
+    at = view["lo"] + float(p["base"]) * 1000
     it = row.items
     best = min(range(len(it)), key=lambda i: abs(float(it.start_us[i]) - at), default=None)
     if best is None:
@@ -158,7 +158,7 @@ def details(services: Services, trace_id: str, view: dict[str, float], click: di
     return _panel(it.name[best], [x for x in lines if x])
 
 
-def _counter_panel(sl: timeline.TimelineSlice, key: str, at_us: float) -> Any:
+def _counter_panel(sl: timeline.TimelineSlice, key: str, at_us: float, origin_us: float) -> Any:
     """A counter's value in force at the clicked time (the sample at or before it)."""
     row = next((c for c in sl.counters if c.key == key), None)
     if row is None or not len(row.ts_us):
@@ -166,7 +166,7 @@ def _counter_panel(sl: timeline.TimelineSlice, key: str, at_us: float) -> Any:
     i = max(int(np.searchsorted(row.ts_us, at_us, side="right")) - 1, 0)
     return _panel(
         f"counter: {row.label}",
-        [f"{float(row.value[i]):,.6g} at {ms(at_us - sl.start_us)}", f"{row.samples:,} samples in view"],
+        [f"{float(row.value[i]):,.6g} at {ms(at_us - origin_us)}", f"{row.samples:,} samples in view"],
     )
 
 

@@ -107,7 +107,9 @@ def step_distributions(a: Doc, b: Doc, names: tuple[str, str]) -> go.Figure:
             ("device_busy_us", "device busy"),
             ("host_sync_wait_us", "sync wait"),
         ):
-            values = [s[key] / 1000 for s in doc["steps"]]
+            values = [s[key] / 1000 for s in doc["steps"] if s[key] is not None]  # null: CPU only
+            if not values:
+                continue
             fig.add_trace(
                 go.Box(
                     y=values,

@@ -1,5 +1,5 @@
 """Overview of one trace: the verdict and the findings (the HTML report's top, from the same helpers),
-headline numbers and the idle / critical-path charts. Everything comes from the stored analysis JSON, so
+headline numbers and the idle / critical-path charts (on a CPU-only run, its top host ops). Everything comes from the stored analysis JSON, so
 the page renders without loading the trace model."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 from dash import Dash, dcc, html
 
 from dashboard.headline import bottleneck_text, catalog_summary, utilization_text
-from dashboard.pages.common import Doc, card, ms, trace_nav
+from dashboard.pages.common import Doc, card, data_table, ms, trace_nav
 from dashboard.services import Services
 from dashboard.store import Entry
 
@@ -20,6 +20,7 @@ class Ids(str, Enum):
     EVIDENCE = "overview-evidence"
     WARNINGS = "overview-warnings"
     FINDINGS = "overview-findings"
+    TOP_OPS = "overview-top-ops"
     IDLE = "overview-idle"
     CRITICAL = "overview-critical"
 
@@ -114,6 +115,7 @@ def layout(services: Services, entry: Entry) -> html.Div:
                 className="ss-panel",
             ),
             findings_list(doc),
+            _top_ops_panel(entry, doc) if verdict["cpu_only"] else None,
             html.Div(
                 [html.H2("Where the time went"), html.Div(graphs, className="ss-grid2")], className="ss-panel"
             )
@@ -121,6 +123,23 @@ def layout(services: Services, entry: Entry) -> html.Div:
             else None,
         ],
         className="ss-sections",
+    )
+
+
+def _top_ops_panel(entry: Entry, doc: Doc) -> html.Div | None:
+    """A CPU-only run's main answer: the host ops with the most self time (the Top ops tab has all)."""
+    from dashboard.pages.tables import TOP_OP_COLUMNS, top_op_rows
+
+    rows = top_op_rows(doc, limit=5)
+    if not rows:
+        return None
+    return html.Div(
+        [
+            html.H2("Where the host's time went"),
+            data_table(id=Ids.TOP_OPS.value, columns=TOP_OP_COLUMNS, data=rows, sort_action="native"),
+            dcc.Link("every top op", href=f"/trace/{entry.id}/tops"),
+        ],
+        className="ss-panel",
     )
 
 

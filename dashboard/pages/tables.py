@@ -1,7 +1,8 @@
-"""Syncs, gaps and steps pages: the analysis JSON's lists as sortable tables with filters.
+"""Syncs, gaps, steps and top-ops pages: the analysis JSON's lists as sortable tables with filters.
 
 ``sync_rows``, ``gap_rows`` and ``step_rows`` are the callbacks' bodies: pure functions of the analysis
-JSON and the filter values. Times are shown in ms from the window start; call sites as text.
+JSON and the filter values. Times are shown in ms from the window start; call sites as text. A CPU-only
+run's steps have no device columns (there is no device to be busy or idle, not 0 and the whole wall).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Any
 
 from dash import Dash, Input, Output, State, dcc, html
 
+from dashboard.headline import cpu_only
 from dashboard.pages.common import Doc, data_table, site_text, trace_nav
 from dashboard.services import Services
 from dashboard.store import Entry, StoreError
@@ -27,6 +29,8 @@ class Ids(str, Enum):
     GAP_TABLE = "gaps-table"
     STEP_SEARCH = "steps-search"
     STEP_TABLE = "steps-table"
+    TOP_OPS = "tops-ops"
+    TOP_KERNELS = "tops-kernels"
     COUNT = "tables-count"
 
 
@@ -61,6 +65,66 @@ STEP_COLUMNS = [
     _num("idle_ms", "device idle (ms)"),
     _num("wait_ms", "host sync wait (ms)"),
 ]
+DEVICE_STEP_COLUMNS = ("busy_ms", "idle_ms")
+TOP_OP_COLUMNS = [
+    {"id": "name", "name": "op"},
+    _num("self_ms", "self (ms)"),
+    _num("self_share", "share of window", ".1%"),
+    _num("total_ms", "total (ms)"),
+    _num("count", "calls", ","),
+    _num("in_steps", "in steps", ","),
+    _num("per_step_ms", "self per step (ms)"),
+]
+TOP_KERNEL_COLUMNS = [
+    {"id": "name", "name": "kernel"},
+    _num("total_ms", "total (ms)"),
+    _num("busy_share", "share of device busy", ".1%"),
+    _num("count", "calls", ","),
+    _num("mean_ms", "mean (ms)"),
+    {"id": "tensor_cores", "name": "tensor cores"},
+    _num("per_step_ms", "per step (ms)"),
+]
+
+
+def step_columns(doc: Doc) -> list[dict[str, Any]]:
+    """The steps table's columns: no device busy/idle for a CPU-only run."""
+    return [c for c in STEP_COLUMNS if not (cpu_only(doc) and c["id"] in DEVICE_STEP_COLUMNS)]
+
+
+def top_op_rows(doc: Doc, limit: int | None = None) -> list[dict[str, Any]]:
+    """The JSON's top ops (by self time) with their share of the window and self time per step."""
+    window = doc["window"]["dur_us"]
+    steps = len(doc["steps"])
+    return [
+        {
+            "name": r["name"],
+            "self_ms": r["self_us"] / 1000,
+            "self_share": r["self_us"] / window if window else None,
+            "total_ms": r["total_us"] / 1000,
+            "count": r["count"],
+            "in_steps": r["in_steps"],
+            "per_step_ms": r["self_us"] / steps / 1000 if steps else None,
+        }
+        for r in (doc.get("tops") or {}).get("ops", [])[:limit]
+    ]
+
+
+def top_kernel_rows(doc: Doc) -> list[dict[str, Any]]:
+    """The JSON's top kernels (by device time) with their share of the device's busy time."""
+    busy = doc["summary"].get("device_busy_us") or 0.0
+    tc = {True: "yes", False: "no", None: "not a GEMM"}
+    return [
+        {
+            "name": r["name"],
+            "total_ms": r["total_us"] / 1000,
+            "busy_share": r["total_us"] / busy if busy else None,
+            "count": r["count"],
+            "mean_ms": r["mean_us"] / 1000,
+            "tensor_cores": tc[r["tensor_cores"]],
+            "per_step_ms": None if r["per_step_us"] is None else r["per_step_us"] / 1000,
+        }
+        for r in (doc.get("tops") or {}).get("kernels", [])
+    ]
 
 
 def sync_rows(
@@ -110,13 +174,17 @@ def gap_rows(doc: Doc, causes: list[str] | None, min_dur_us: float | None) -> li
 def step_rows(doc: Doc, search: str | None) -> list[dict[str, Any]]:
     t0 = doc["window"]["start_us"]
     needle = (search or "").strip().lower()
+    device = not cpu_only(doc)
     return [
         {
             "name": s["name"],
             "at_ms": (s["start_us"] - t0) / 1000,
             "dur_ms": s["dur_us"] / 1000,
-            "busy_ms": s["device_busy_us"] / 1000,
-            "idle_ms": s["device_idle_us"] / 1000,
+            **(
+                {"busy_ms": s["device_busy_us"] / 1000, "idle_ms": s["device_idle_us"] / 1000}
+                if device
+                else {}
+            ),
             "wait_ms": s["host_sync_wait_us"] / 1000,
         }
         for s in doc["steps"]
@@ -201,7 +269,28 @@ def steps_layout(services: Services, entry: Entry) -> html.Div:
     doc = services.store.analysis(entry.id)
     controls = [dcc.Input(id=Ids.STEP_SEARCH.value, type="search", placeholder="step name", debounce=True)]
     rows = step_rows(doc, None)
-    return _page(entry, "/steps", controls, _table(Ids.STEP_TABLE, STEP_COLUMNS, rows), len(rows))
+    return _page(entry, "/steps", controls, _table(Ids.STEP_TABLE, step_columns(doc), rows), len(rows))
+
+
+def tops_layout(services: Services, entry: Entry) -> html.Div:
+    """The host ops with the most self time and the kernels with the most device time (``tops``)."""
+    doc = services.store.analysis(entry.id)
+    ops, kernels = top_op_rows(doc), top_kernel_rows(doc)
+    parts: list[Any] = [
+        trace_nav(entry, "/tops"),
+        html.H3("Host ops by self time"),
+        _table(Ids.TOP_OPS, TOP_OP_COLUMNS, ops)
+        if ops
+        else html.P("No host ops in the window.", className="muted"),
+    ]
+    if kernels or not cpu_only(doc):
+        parts += [
+            html.H3("Kernels by device time"),
+            _table(Ids.TOP_KERNELS, TOP_KERNEL_COLUMNS, kernels)
+            if kernels
+            else html.P("No kernels in the window.", className="muted"),
+        ]
+    return html.Div(parts)
 
 
 def _filtered(services: Services, trace_id: str, build: Any) -> tuple[Any, str]:
