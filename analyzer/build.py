@@ -189,6 +189,23 @@ def _take(events: list[Any], attr: str) -> list[Any]:
     return list(map(attrgetter(attr), events))
 
 
+def _float_column(items: list[Any], attr: str) -> F64:
+    """``_floats(_take(items, attr))`` without the intermediate list when every value is a number (the
+    common case: one C loop from the structs into the array)."""
+    try:
+        return np.fromiter(map(attrgetter(attr), items), dtype=np.float64, count=len(items))
+    except TypeError:
+        return _floats(_take(items, attr))
+
+
+def _id_column(items: list[Any], attr: str) -> I64:
+    """``_ids(_take(items, attr))``, straight from the structs when every value is an int64."""
+    try:
+        return np.fromiter(map(attrgetter(attr), items), dtype=np.int64, count=len(items))
+    except (TypeError, ValueError, OverflowError):
+        return _ids(_take(items, attr))
+
+
 # args columns (column, RawArgs attribute), read for every event or only for the kinds that carry them
 _COMMON_ARGS = (("external_id", "external_id"), ("correlation", "correlation"))
 _PYTHON_ARGS = (("python_id", "python_id"), ("python_parent_id", "python_parent_id"))
@@ -241,8 +258,8 @@ class _Accumulator:
         """Add the batch's timed events; True when some launch call or device event in it carries no
         correlation id (an old trace: its flows' positions are then needed to link them)."""
         columns: dict[str, npt.NDArray[Any]] = {
-            "ts": _floats(_take(timed, "ts")),
-            "dur": _floats(_take(timed, "dur")),
+            "ts": _float_column(timed, "ts"),
+            "dur": _float_column(timed, "dur"),
             "instant": instant,
             "cat": self.strings.codes_of(_take(timed, "cat")),
             "name": self.strings.codes_of(_take(timed, "name")),
@@ -251,7 +268,7 @@ class _Accumulator:
         }
         args: list[RawArgs] = [e.args or EMPTY_ARGS for e in timed]
         for column, attr in _COMMON_ARGS:
-            columns[column] = _ids(_take(args, attr))
+            columns[column] = _id_column(args, attr)
         kind = self.kind_of(columns["cat"])
         for fields, mask in (
             (_PYTHON_ARGS, kind == EventKind.PYTHON),
@@ -261,7 +278,7 @@ class _Accumulator:
             for column, attr in fields:
                 full = np.full(len(timed), NO_ID, dtype=np.int64)
                 if some:
-                    full[mask] = _ids(_take(some, attr))
+                    full[mask] = _id_column(some, attr)
                 columns[column] = full
         stream_id = columns.pop("stream_id")
         columns["stream"] = np.where(columns["stream"] != NO_ID, columns["stream"], stream_id)
@@ -329,13 +346,13 @@ class _Accumulator:
             flows = list(compress(flows, [c in launch_cats for c in cats]))
         n = len(flows)
         columns = {
-            "id": _ids(_take(flows, "id")),
+            "id": _id_column(flows, "id"),
             "start": np.fromiter(map("s".__eq__, _take(flows, "ph")), dtype=np.bool_, count=n),
         }
         if positions:
             columns["pid"] = self.raw.codes_of(_take(flows, "pid"))
             columns["tid"] = self.raw.codes_of(_take(flows, "tid"))
-            columns["ts"] = _floats(_take(flows, "ts"))
+            columns["ts"] = _float_column(flows, "ts")
         else:
             columns["pid"] = columns["tid"] = np.full(n, NO_ID, dtype=np.int64)
             columns["ts"] = np.full(n, np.nan)
@@ -428,14 +445,12 @@ def _assign_lanes(cols: dict[str, Any], meta: list[RawEvent], raw_values: list[A
     a = np.where(on_device, device, cols["pid"])
     b = np.where(on_device, stream, cols["tid"])
     # one int64 key per event: (on_device, a, b) with a and b replaced by their rank among distinct values
-    a_values, a_code = np.unique(a, return_inverse=True)
-    b_values, b_code = np.unique(b, return_inverse=True)
+    a_values, a_code = _codes(a)
+    b_values, b_code = _codes(b)
     width = np.int64(len(b_values))
-    key = (
-        on_device.astype(np.int64) * np.int64(len(a_values)) + a_code.reshape(-1)
-    ) * width + b_code.reshape(-1)
-    unique_keys, inverse = np.unique(key, return_inverse=True)
-    cols["lane"] = inverse.reshape(-1).astype(np.int32)
+    key = (on_device.astype(np.int64) * np.int64(len(a_values)) + a_code) * width + b_code
+    unique_keys, inverse = _codes(key)
+    cols["lane"] = inverse.astype(np.int32)
     names = _thread_names(meta)
     accelerators = accelerator_labels(meta)
     not_work = np.isin(kind, [EventKind.INSTANT, EventKind.TRACE_SPAN, EventKind.OVERHEAD])
@@ -455,6 +470,25 @@ def _assign_lanes(cols: dict[str, Any], meta: list[RawEvent], raw_values: list[A
             lane_kind = LaneKind.HOST if has_work[lane_id] else LaneKind.META
             lanes.append(Lane(lane_id, lane_kind, str(pid), str(tid), NO_ID, NO_ID, name))
     return tuple(lanes)
+
+
+def _codes(values: I64) -> tuple[I64, I64]:
+    """``np.unique(values, return_inverse=True)``. Columns of lanes (threads, streams, their keys) hold
+    few values in a small range: then each value's rank comes from a lookup table indexed by the value,
+    one linear pass, where the sort behind ``return_inverse`` is n log n and scatters across the column."""
+    if not len(values):
+        return np.unique(values), np.zeros(0, dtype=np.int64)
+    low, high = int(values.min()), int(values.max())
+    if high - low > _LOOKUP_RANGE:
+        distinct, inverse = np.unique(values, return_inverse=True)
+        return distinct, inverse.reshape(-1).astype(np.int64)
+    present = np.zeros(high - low + 1, dtype=np.bool_)
+    present[values - low] = True
+    rank = np.cumsum(present, dtype=np.int64) - 1
+    return np.flatnonzero(present).astype(values.dtype) + low, rank[values - low]
+
+
+_LOOKUP_RANGE = 1 << 20
 
 
 def _thread_names(meta: list[RawEvent]) -> dict[tuple[Any, Any], str]:

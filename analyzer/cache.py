@@ -8,7 +8,6 @@ written to a temporary folder and renamed into place; an unreadable entry is ign
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -17,13 +16,20 @@ import threading
 import time
 from dataclasses import asdict, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
-import pyarrow as pa
-import pyarrow.parquet as pq
 
+from analyzer.cachekeys import (  # re-exported: the loader and the tools know them as cache.*
+    CACHE_VERSION,
+    cache_root,
+    hash_file,
+    hasher,
+    known_key,
+    remember_key,
+    stat_token,
+)
 from analyzer.model import (
     Counters,
     Device,
@@ -36,56 +42,32 @@ from analyzer.model import (
     TraceModel,
 )
 
-CACHE_VERSION = 9  # bump whenever the model or the loader changes what it builds
+if TYPE_CHECKING:
+    import pyarrow as pa
 
-
-def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "stallscope" / f"models-v{CACHE_VERSION}"
-
-
-def hasher() -> hashlib.blake2b:
-    """Content hash of a trace file (its bytes as stored, compressed or not) -> cache key."""
-    return hashlib.blake2b(digest_size=16)
-
-
-def stat_token(path: Path) -> dict[str, int]:
-    """What identifies this version of the file without reading it (taken *before* it is read)."""
-    return _stat_token(path)
-
-
-def _stat_token(path: Path) -> dict[str, int]:
-    st = path.stat()
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino}
-
-
-def _index_file(path: Path) -> Path:
-    name = hashlib.blake2b(str(path.resolve()).encode(), digest_size=16).hexdigest()
-    return cache_root() / "index" / f"{name}.json"
-
-
-def known_key(path: Path) -> str | None:
-    """The content key recorded for this exact file, if it has not changed since."""
-    try:
-        entry = json.loads(_index_file(path).read_text())
-        if entry.get("stat") == _stat_token(path) and isinstance(entry.get("key"), str):
-            return str(entry["key"])
-    except (OSError, ValueError):
-        pass
-    return None
-
-
-def remember_key(path: Path, key: str, token: dict[str, int]) -> None:
-    """Record that the file, as it was when ``token`` was taken, has content ``key``. The token must come
-    from before the file was read: a file changed since then must not inherit the old key."""
-    with contextlib.suppress(OSError):
-        _atomic_write(_index_file(path), json.dumps({"stat": token, "key": key}))
+__all__ = [
+    "CACHE_VERSION",
+    "cache_root",
+    "hash_file",
+    "hasher",
+    "known_key",
+    "load_cached",
+    "read_model",
+    "remember_key",
+    "stat_token",
+    "store",
+    "wait",
+    "write_model",
+]
 
 
 def load_cached(key: str, path: str) -> TraceModel | None:
     """The cached model for ``key``, or None when absent or unreadable (it is then rebuilt)."""
     wait(key)
     folder = cache_root() / key
+    if not folder.is_dir():  # the common miss: no need to import pyarrow to learn it
+        return None
+    pa, _ = _arrow_modules()
     try:
         return read_model(folder, path)
     except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
@@ -98,6 +80,7 @@ MODEL_FILES = ("events.parquet", "model.json")
 def write_model(folder: Path, model: TraceModel) -> None:
     """Write ``model`` into ``folder`` as ``MODEL_FILES`` (the event columns as Parquet, the rest as
     JSON). The cache and the dashboard's store share this layout."""
+    pa, pq = _arrow_modules()
     table = pa.table({name: _arrow(values) for name, values in model.events.columns().items()})
     pq.write_table(table, folder / "events.parquet", compression="lz4", use_dictionary=False)
     (folder / "model.json").write_text(json.dumps(_meta_of(model)))
@@ -107,6 +90,7 @@ def read_model(folder: Path, path: str) -> TraceModel:
     """The model ``write_model`` wrote into ``folder``; ``path`` becomes its source path. Raises
     ``OSError``, ``ValueError``, ``KeyError``, ``TypeError`` or ``pyarrow.ArrowException`` when the
     files are missing or damaged."""
+    _, pq = _arrow_modules()
     meta = json.loads((folder / "model.json").read_text())
     table = pq.ParquetFile(folder / "events.parquet", memory_map=True).read()  # no pandas import
     return _model_from(meta, table, path)
@@ -171,14 +155,6 @@ def _remove_stale_temporaries(root: Path, older_than_s: float = 3600.0) -> None:
                 shutil.rmtree(tmp, ignore_errors=True) if tmp.is_dir() else tmp.unlink()
 
 
-def _atomic_write(target: Path, text: str) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=target.parent)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, target)
-
-
 def _meta_of(model: TraceModel) -> dict[str, Any]:
     return {
         "format": model.format,
@@ -200,14 +176,22 @@ def _meta_of(model: TraceModel) -> dict[str, Any]:
     }
 
 
-_ARROW_TYPES = {"float64": pa.float64(), "int64": pa.int64(), "int32": pa.int32(), "int8": pa.int8()}
+def _arrow_modules() -> tuple[Any, Any]:
+    """pyarrow and pyarrow.parquet, imported when a model is first written or read (0.3 s of imports that
+    a first ``analyze`` then spends in the cache writer's thread, beside the analysis)."""
+    import pyarrow
+    import pyarrow.parquet
+
+    return pyarrow, pyarrow.parquet
 
 
 def _arrow(values: npt.NDArray[Any]) -> pa.Array:
     """Zero-copy Arrow view of a numpy column (``pa.array`` would import pandas, in a background thread)."""
+    pa, _ = _arrow_modules()
     contiguous = np.ascontiguousarray(values)
+    arrow_type = {"float64": pa.float64(), "int64": pa.int64(), "int32": pa.int32(), "int8": pa.int8()}
     return pa.Array.from_buffers(
-        _ARROW_TYPES[str(contiguous.dtype)], len(contiguous), [None, pa.py_buffer(contiguous)]
+        arrow_type[str(contiguous.dtype)], len(contiguous), [None, pa.py_buffer(contiguous)]
     )
 
 

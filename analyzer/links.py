@@ -89,16 +89,41 @@ def _nest_sorted(t: F64, e: F64) -> I64:
     zeros_before_in_group = zeros_before - zeros_before[group_first][group]
     closed -= zeros_in_group - zeros_before_in_group  # ...minus zero-length ones at my ts sorted after me
     depth = pos - closed
-    order = np.lexsort((pos, depth))
-    key = depth[order] * (n + 1) + pos[order]
-    at = np.searchsorted(key, (depth - 1) * (n + 1) + pos) - 1
-    cand = order[np.maximum(at, 0)]
-    parent = np.where((at >= 0) & (depth > 0) & (depth[cand] == depth - 1), cand, NO_ID)
+    parent = _one_level_up(depth)
     for _ in range(_MAX_DEPTH):  # overruns from rounding: climb until the candidate is open at my start
         stale = np.flatnonzero((parent >= 0) & (e[np.maximum(parent, 0)] <= t))
         if not len(stale):
             break
         parent[stale] = parent[parent[stale]]
+    return parent
+
+
+_LEVELS = 64  # up to this many nesting levels, the parents are found level by level
+
+
+def _one_level_up(depth: I64) -> I64:
+    """For each position, the latest earlier position whose depth is one less (-1 when none, or at depth
+    0 or below). Level by level when the nesting is shallow (as real traces are): each search is of sorted
+    positions in sorted positions, which stays in cache however long the thread; else all at once."""
+    n = len(depth)
+    order = np.argsort(depth, kind="stable")  # by depth, then position
+    levels = depth[order]
+    parent = np.full(n, NO_ID, dtype=np.int64)
+    if not n or int(levels[-1]) - max(int(levels[0]), 0) > _LEVELS:
+        pos = np.arange(n, dtype=np.int64)
+        key = levels * (n + 1) + order
+        at = np.searchsorted(key, (depth - 1) * (n + 1) + pos) - 1
+        cand = order[np.maximum(at, 0)]
+        return np.where((at >= 0) & (depth > 0) & (depth[cand] == depth - 1), cand, NO_ID)
+    first = max(int(levels[0]), 0) + 1
+    bounds = np.searchsorted(levels, np.arange(first - 1, int(levels[-1]) + 2))
+    for i in range(int(levels[-1]) + 1 - first):  # level first + i
+        above = order[bounds[i] : bounds[i + 1]]  # positions one level up, increasing
+        mine = order[bounds[i + 1] : bounds[i + 2]]  # positions at this level, increasing
+        if not len(above) or not len(mine):
+            continue
+        at = np.searchsorted(above, mine) - 1
+        parent[mine] = np.where(at >= 0, above[np.maximum(at, 0)], NO_ID)
     return parent
 
 

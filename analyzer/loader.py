@@ -199,7 +199,7 @@ def load_file(
     key = None
     token = cache.stat_token(path)  # before reading: a file changed meanwhile must not get this key
     if use_cache:
-        key = cache.known_key(path) or _hash_file(path)
+        key = cache.known_key(path) or cache.hash_file(path)
         cached = cache.load_cached(key, str(path))
         if cached is not None:
             cache.remember_key(path, key, token)
@@ -246,14 +246,3 @@ def _build_streaming(path: Path, fmt: str, say: Progress, limit: int) -> TraceMo
         raise TraceError(str(path), "empty file (only whitespace)") from None
     except (NotStreamable, OSError, EOFError, zlib.error, ValueError, RecursionError):
         return None  # ValueError: a decoder's surprise (bad UTF-8, number out of range...)
-
-
-def _hash_file(path: Path) -> str:
-    h = cache.hasher()
-    try:
-        with path.open("rb") as f:
-            while block := f.read(8 << 20):
-                h.update(block)
-    except OSError as exc:
-        raise TraceError(str(path), f"cannot read ({exc.strerror or exc})") from None
-    return h.hexdigest()

@@ -13,6 +13,7 @@ import json
 import re
 import zlib
 from collections.abc import Iterator
+from operator import attrgetter
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -26,7 +27,6 @@ from analyzer.raw import (
     RawEvent,
     counter_samples,
     counters_of_items,
-    might_hold_counters,
     top_level,
 )
 
@@ -142,11 +142,23 @@ def _decode_prefix(pending: bytearray, cut: int, doc: Document) -> Batch:
     pending[cut + 1] = ord("]")
     with memoryview(pending) as view:
         batch = _decode(view[: cut + 2], doc)
-        if might_hold_counters(pending, cut + 2):
+        if _holds_counters(batch.events):
             batch.counters = counter_samples(view[: cut + 2], batch.skipped)
     pending[comma] = ord("[")
     del pending[:comma]
     return batch
+
+
+def _holds_counters(events: list[RawEvent]) -> bool:
+    """Does the decoded batch hold a counter event (``ph: "C"``) or a profiler range (a ``cat`` ending in
+    ``_profiler_range``)? The test of ``counter_samples``, on the phases and categories already decoded:
+    cheaper than scanning the batch's bytes for them (which a kernel's name can also make match)."""
+    if "C" in set(map(_PH, events)):
+        return True
+    return any(c.lower().endswith("_profiler_range") for c in set(map(_CAT, events)))
+
+
+_PH, _CAT = attrgetter("ph"), attrgetter("cat")
 
 
 def _decode(text: memoryview, doc: Document) -> Batch:

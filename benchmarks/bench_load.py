@@ -9,9 +9,16 @@ A real trace from ../shared/traces is tiled end to end (../shared/tools/tile_tra
                      written by a background thread while the caller goes on (both times reported)
   stallscope parse   the same without touching the cache (`--no-cache`)
   stallscope warm    second open of the same file: served from the cache
-  stallscope analyze cold load plus every analysis pass and the JSON document (a first `analyze`)
+  stallscope analyze cold load plus every analysis pass and the JSON document (a first `analyze`), in
+                     process; its stages are printed below the table
+  analyze --json CLI `stallscope analyze TRACE --json OUT -q` as a user runs it, timed from process start
+                     to exit (interpreter, imports, writing OUT, finishing the cache write): cold (empty
+                     cache), then warm (the same command again: the answer cache)
   HTA                hta.trace_analysis.TraceAnalysis(trace_dir=...) on the same file, in its own venv
                      (benchmarks/_work/hta-venv, PyPI HolisticTraceAnalysis; installed on first use)
+
+HTA's time is its load alone (imports excluded); the CLI rows include everything. The machine's load
+average (other work on it) is printed with the table.
 
 usage: python3 dev.py bench [--events N] [--source TRACE] [--repeat K] [--write-results]
 """
@@ -61,15 +68,32 @@ from analyzer.analysis import analyze_model
 from analyzer.loader import load_file
 from analyzer.output import encode_json, to_json
 t1 = time.perf_counter()
+c1 = time.process_time()
 model = load_file(Path(sys.argv[1]))
 t2 = time.perf_counter()
+c2 = time.process_time()
 result = analyze_model(model)
-encode_json(to_json(result))
 t3 = time.perf_counter()
+encode_json(to_json(result))
+t4 = time.perf_counter()
 cache.wait()
-print(json.dumps({"import_s": t1 - t0, "load_s": t3 - t1, "cold_load_s": t2 - t1, "analysis_s": t3 - t2,
+t5 = time.perf_counter()
+print(json.dumps({"import_s": t1 - t0, "load_s": t4 - t1, "cold_load_s": t2 - t1, "cold_load_cpu_s": c2 - c1,
+                  "analysis_s": t4 - t2, "passes_s": t3 - t2, "output_s": t4 - t3, "cache_wait_s": t5 - t4,
                   "events": len(model.events), "bottleneck": result.summary.bottleneck,
                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+#: runs the CLI as a child and reports its wall time (process start to exit) and peak RSS
+CHILD_CLI = r"""
+import json, resource, subprocess, sys, time
+t = time.perf_counter()
+done = subprocess.run([sys.executable, "-c", "from stallscope.cli import entry; entry()", *sys.argv[1:]])
+wall = time.perf_counter() - t
+if done.returncode:
+    sys.exit(f"stallscope exited {done.returncode}")
+print(json.dumps({"load_s": wall, "import_s": 0.0,
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))
 """
 
 CHILD_HTA = r"""
@@ -136,6 +160,8 @@ def measure(trace: Path, repeat: int, skip_hta: bool) -> dict[str, dict[str, flo
         "stallscope parse": [],
         "stallscope warm": [],
         "stallscope analyze": [],
+        "analyze --json CLI cold": [],
+        "analyze --json CLI warm": [],
     }
     for _ in range(repeat):
         cache = tempfile.mkdtemp(prefix="stallscope-bench-cache-")
@@ -150,6 +176,14 @@ def measure(trace: Path, repeat: int, skip_hta: bool) -> dict[str, dict[str, flo
         try:  # the whole first `analyze`: cold load, every analysis pass, the JSON document
             env = {**os.environ, "XDG_CACHE_HOME": cache}
             rows["stallscope analyze"].append(child(sys.executable, CHILD_ANALYZE, str(trace), env=env))
+        finally:
+            shutil.rmtree(cache, ignore_errors=True)
+        cache = tempfile.mkdtemp(prefix="stallscope-bench-cache-")
+        try:  # the command a user types, twice: the second is answered from the cache
+            env = {**os.environ, "XDG_CACHE_HOME": cache}
+            cli = ("analyze", str(trace), "--json", os.path.join(cache, "out.json"), "-q")
+            rows["analyze --json CLI cold"].append(child(sys.executable, CHILD_CLI, *cli, env=env))
+            rows["analyze --json CLI warm"].append(child(sys.executable, CHILD_CLI, *cli, env=env))
         finally:
             shutil.rmtree(cache, ignore_errors=True)
     out = {name: best(r) for name, r in rows.items()}
@@ -188,8 +222,18 @@ def table(results: dict[str, dict[str, float]], trace: Path) -> str:
         f"{full['load_s'] / results['stallscope cold']['load_s']:.2f}x the cold load (target <= 2x)"
     )
     lines.append(
+        f"its stages: imports {full['import_s']:.2f} s, decode+build {full['cold_load_s']:.2f} s "
+        f"({full['cold_load_cpu_s']:.2f} s of CPU), analysis passes {full['passes_s']:.2f} s, "
+        f"JSON document {full['output_s']:.2f} s, then waiting for the cache write {full['cache_wait_s']:.2f} s"
+    )
+    lines.append(
         "imports (not in the times above): "
-        + ", ".join(f"{n} {r['import_s']:.2f} s" for n, r in results.items() if n != "stallscope warm")
+        + ", ".join(
+            f"{n} {r['import_s']:.2f} s"
+            for n, r in results.items()
+            if n != "stallscope warm" and not n.startswith("analyze --json CLI")
+        )
+        + "; the CLI rows include theirs"
     )
     return "\n".join(lines)
 
@@ -207,14 +251,17 @@ def main() -> int:
         return 2
     WORK.mkdir(exist_ok=True)
     trace = tiled_trace(a.source, a.events)
+    before = os.getloadavg()[0]
     results = measure(trace, a.repeat, a.skip_hta)
     text = table(results, trace)
+    text += f"\nload average (1 min) {before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
     print(text)
     if a.write_results:
         machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
         hta = results.get("HTA TraceAnalysis", {})
         with (HERE / "RESULTS.md").open("a") as f:
-            f.write(f"\n## bench_load.py --events {a.events} --repeat {a.repeat} ({machine}")
+            f.write(f"\n## bench_load.py --source {a.source.name} --events {a.events} --repeat {a.repeat}")
+            f.write(f" ({machine}")
             f.write(f", HTA {hta.get('version', '-')})\n\n{text}\n")
     return 0
 

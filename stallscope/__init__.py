@@ -1,12 +1,50 @@
-"""stallscope: who could have gone ahead, and who had to wait? Public API."""
+"""stallscope: who could have gone ahead, and who had to wait? Public API.
 
-from analyzer.analysis import Analysis, analyze
-from analyzer.errors import StallscopeError, TraceError, UsageError
-from analyzer.loader import load
-from analyzer.output import to_json
-from stallscope.api import Profile, profile, profiled, step  # no torch until a session starts
+The names are imported on first use (PEP 562): ``import stallscope`` and the command line stay light,
+and a command that is answered from the cache never imports the analyzer's numeric stack."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from analyzer.analysis import Analysis, analyze
+    from analyzer.errors import StallscopeError, TraceError, UsageError
+    from analyzer.loader import load
+    from analyzer.output import to_json
+    from stallscope.api import Profile, profile, profiled, step
 
 __version__ = "0.1.0"
+
+#: public name -> the module that defines it
+_HOMES = {
+    "Analysis": "analyzer.analysis",
+    "analyze": "analyzer.analysis",
+    "StallscopeError": "analyzer.errors",
+    "TraceError": "analyzer.errors",
+    "UsageError": "analyzer.errors",
+    "load": "analyzer.loader",
+    "to_json": "analyzer.output",
+    "Profile": "stallscope.api",  # no torch until a session starts
+    "profile": "stallscope.api",
+    "profiled": "stallscope.api",
+    "step": "stallscope.api",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'stallscope' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # once: later lookups do not come here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_HOMES])
+
 
 __all__ = [
     "Analysis",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import stallscope.dashboard_cmd as dashboard_cmd
 from analyzer.errors import StallscopeError, UsageError
-from stallscope import __version__, diff_cmd, profile_cmd, report_cmd
+from stallscope import __version__, answers, diff_cmd, profile_cmd, report_cmd
 from stallscope.watchdog import add_input_limits
 
 if TYPE_CHECKING:
@@ -71,19 +72,53 @@ def _configure_analyze(p: argparse.ArgumentParser) -> None:
 
 
 def _run_analyze(args: argparse.Namespace) -> int:
+    if args.workers is not None and args.workers < 0:
+        raise UsageError(f"--workers {args.workers}: give a number of worker processes (1 or more)")
+    if args.workers is not None and args.scheduler:
+        raise UsageError("--workers and --scheduler: give one (a new local cluster, or an existing one)")
+    key = _answer_key(args)
+    want_summary = not args.quiet and args.json != "-"
+    if key is not None:  # every run that stores an answer stores its summary; the JSON when it made it
+        cached = answers.lookup(key)
+        if cached.summary is not None and (cached.json is not None or not args.json):
+            _emit(args, cached.summary, cached.json)  # the same answer, without loading the trace
+            return 0
+    summary, document = _analyse(args, want_summary or key is not None)
+    if key is not None:
+        answers.store(key, summary, document)
+    _emit(args, summary if want_summary else None, document)
     from analyzer import cache
+
+    cache.wait()  # the model cache was being written while we analysed; finish it before returning
+    return 0
+
+
+def _answer_key(args: argparse.Namespace) -> str | None:
+    """The answer cache's key for this ``analyze``, or None when it is not cached: ``--no-cache``, a
+    folder, a job of several files, a cluster run."""
+    if args.no_cache or len(args.trace) != 1 or args.workers is not None or args.scheduler:
+        return None
+    if not Path(args.trace[0]).is_file():
+        return None
+    options = {
+        "rank": args.rank,
+        "top": args.top,
+        "top_ops": args.top_ops,
+        "max_inflated_mb": args.max_inflated_mb,
+    }
+    return answers.answer_key(args.trace[0], options)
+
+
+def _analyse(args: argparse.Namespace, summary: bool) -> tuple[str | None, bytes | None]:
+    """Load and analyse: the terminal summary (when ``summary``) and the JSON document (with ``--json``)."""
     from analyzer.job.execute import Execution, default_workers
     from analyzer.job.output import job_json
-    from analyzer.output import to_json
+    from analyzer.output import encode_json, to_json
     from stallscope.job_terminal import render_job
     from stallscope.jobs import load_and_analyse_job
     from stallscope.progress import Progress
     from stallscope.terminal import render
 
-    if args.workers is not None and args.workers < 0:
-        raise UsageError(f"--workers {args.workers}: give a number of worker processes (1 or more)")
-    if args.workers is not None and args.scheduler:
-        raise UsageError("--workers and --scheduler: give one (a new local cluster, or an existing one)")
     workers = (args.workers or default_workers()) if args.workers is not None else None
     how = Execution(workers, args.scheduler, not args.no_cache)
     progress = Progress(enabled=not args.quiet)
@@ -93,28 +128,52 @@ def _run_analyze(args: argparse.Namespace) -> int:
         )
     finally:
         progress.done()
-    if args.json:
-        write_json(args.json, to_json(result) | {"job": job_json(job) if job else None})
-    if not args.quiet and args.json != "-":
-        print(render(result, args.top, args.top_ops))
+    document = encode_json(to_json(result) | {"job": job_json(job) if job else None}) if args.json else None
+    text = None
+    if summary:
+        text = render(result, args.top, args.top_ops)
         if job:
-            print(render_job(job, args.top))
+            text += "\n" + render_job(job, args.top)
+    return text, document
+
+
+def _emit(args: argparse.Namespace, summary: str | None, document: bytes | Path | None) -> None:
+    """Write the JSON document (``--json``: its bytes, or the cached file that holds them) and print the
+    summary, as ``analyze`` does."""
+    if args.json and document is not None:
+        write_document(args.json, document)
+    if summary is not None and not args.quiet and args.json != "-":
+        print(summary)
         if args.json:
             print(f"  json      {args.json}")
     sys.stdout.flush()
-    cache.wait()  # the model cache was being written while we analysed; finish it before returning
-    return 0
 
 
 def write_json(target: str, doc: object) -> None:
+    """Encode ``doc`` as JSON and write it to ``target`` ('-': stdout)."""
     from analyzer.output import encode_json
 
-    text = encode_json(doc)
+    write_document(target, encode_json(doc))
+
+
+def write_document(target: str, document: bytes | Path) -> None:
+    """Write a JSON document (its bytes, or a file that holds them with their final newline) to ``target``
+    ('-': stdout); ``UsageError`` when it cannot be written."""
     if target == "-":
-        sys.stdout.buffer.write(text + b"\n")
+        if isinstance(document, Path):
+            with document.open("rb") as f:
+                shutil.copyfileobj(f, sys.stdout.buffer, 1 << 20)
+        else:
+            sys.stdout.buffer.write(document)
+            sys.stdout.buffer.write(b"\n")
         return
     try:
-        Path(target).write_bytes(text + b"\n")
+        if isinstance(document, Path):
+            shutil.copyfile(document, target)  # a copy in the kernel: the cached file is never shared
+        else:
+            with Path(target).open("wb") as f:  # not document + newline: a copy of a document of GBs
+                f.write(document)
+                f.write(b"\n")
     except OSError as exc:
         raise UsageError(f"--json {target}: cannot write ({exc.strerror or exc})") from None
 
