@@ -56,13 +56,13 @@ def _in_steps(a: Analysis, times: np.ndarray) -> np.ndarray:
 
 def _decode_loop(a: Analysis, kind: SyncKind, op: str, per_step: float) -> bool:
     """Per-token reads deciding when to stop: scalar reads in a loop without an optimizer, several per
-    step, or one per step of a loop whose steps are marked by hand (or found from forward calls)."""
+    step, or one per step of a loop whose steps are marked by hand (or found from forward or generate calls)."""
     if kind != SyncKind.SCALAR_READ or a.sidecar is None:
         return False
     source = a.sidecar.run.get("step_source")
     if source == "optimizer":
         return False
-    return per_step >= 4 or (source in ("explicit", "forward") and op.endswith(("item", "__bool__")))
+    return per_step >= 4 or (source in ("explicit", "forward", "generate") and op.endswith(("item", "__bool__")))
 
 
 def would_sync_on_gpu(a: Analysis) -> list[Finding]:

@@ -77,6 +77,37 @@ with torch.no_grad():
         stallscope.step()
 """
 
+GENERATE = """\
+import torch
+
+EOS = 15
+
+
+class TinyLM(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(16, 16)
+        self.head = torch.nn.Linear(16, 16)
+
+    def forward(self, ids):
+        return self.head(self.embed(ids))
+
+    @torch.no_grad()
+    def generate(self, ids, max_new_tokens):
+        for _ in range(max_new_tokens):
+            nxt = self(ids)[:, -1].argmax(-1, keepdim=True)
+            ids = torch.cat([ids, nxt], dim=1)
+        return ids
+
+
+torch.manual_seed(0)
+model = TinyLM()
+for prompt in range(6):
+    out = model.generate(torch.tensor([[prompt]]), max_new_tokens=5)
+    if out[0, -1].item() == EOS:  # L27: once per generate call, decides what comes next
+        break
+"""
+
 
 @pytest.fixture(autouse=True)
 def no_leftover_session() -> Any:
@@ -124,6 +155,16 @@ def test_decode_loop_gets_decode_advice(tmp_path: Path) -> None:
     assert f.advice == DECODE_ADVICE
     assert f.count >= 3
     assert side["run"]["step_source"] == "explicit"
+
+
+def test_generate_loop_gets_decode_advice(tmp_path: Path) -> None:
+    # GIVEN an HF-style loop whose steps are found from generate calls, reading one token back per call
+    a, side = _profile(tmp_path, GENERATE, "gen.py")
+    assert side["run"]["step_source"] == "generate"
+    # THEN that read is a decode finding, not training advice
+    (f,) = [f for f in a.findings if f.rule.startswith("would_sync")]
+    assert (f.rule, f.call_site.line if f.call_site else None) == ("would_sync_decode", 27)
+    assert f.advice == DECODE_ADVICE
 
 
 def test_dataloader_workers_are_recorded(tmp_path: Path) -> None:
