@@ -14,7 +14,7 @@ from analyzer.critical import Kind
 from analyzer.gaps import Gap
 from analyzer.sites import CallSite
 from analyzer.syncs import Sync
-from analyzer.tops import top_tables
+from analyzer.tops import tops_of
 
 
 def _plain(value: Any) -> Any:
@@ -131,7 +131,7 @@ def to_json(a: Analysis) -> dict[str, Any]:
 
 
 def _tops(a: Analysis) -> dict[str, Any]:
-    t = a.tops if a.tops is not None else top_tables(a.model, a.window.start_us, a.window.end_us)
+    t = tops_of(a)
     return {"ops": [asdict(r) for r in t.ops], "kernels": [asdict(r) for r in t.kernels]}
 
 

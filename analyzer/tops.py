@@ -14,12 +14,16 @@ table is the main answer: the terminal shows it by default there.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from analyzer.findings_device import gemm_kind
 from analyzer.model import TraceModel
 from analyzer.names import EventKind
+
+if TYPE_CHECKING:
+    from analyzer.analysis import Analysis
 
 TOP = 20  # rows of each table in the JSON
 
@@ -48,6 +52,14 @@ class KernelRow:
 class Tops:
     ops: tuple[OpRow, ...]
     kernels: tuple[KernelRow, ...]
+
+
+def tops_of(a: Analysis, limit: int = TOP) -> Tops:
+    """The analysis' top tables cut to ``limit`` rows, made again only when it asks for more than it holds."""
+    t = a.tops
+    if t is None or limit > TOP:
+        return top_tables(a.model, a.window.start_us, a.window.end_us, limit)
+    return Tops(t.ops[:limit], t.kernels[:limit])
 
 
 def top_tables(model: TraceModel, start_us: float, end_us: float, limit: int = TOP) -> Tops:

@@ -7,7 +7,7 @@ from analyzer.counters import window_stats
 from analyzer.critical import VERDICT
 from analyzer.model import LaneKind
 from analyzer.numbers import ratio
-from analyzer.tops import top_tables
+from analyzer.tops import tops_of
 
 _MAX_STEP_ROWS = 4
 
@@ -87,7 +87,7 @@ def _tops(a: Analysis, n: int) -> list[str]:
     """The top ops by self time and kernels by device time (``key_averages``-style), ``n`` of each."""
     if n <= 0:
         return []
-    t = top_tables(a.model, a.window.start_us, a.window.end_us, n)
+    t = tops_of(a, n)
     rows = []
     if t.ops:
         rows.append(f"  top ops   {'self':>11} {'total':>11} {'calls':>7} {'in steps':>8}  name")
