@@ -2,7 +2,8 @@
 
 Layout: ``$XDG_CACHE_HOME/stallscope/models-v<N>/<content key>/{events.parquet, model.json}``, plus a small
 stat index (path, size, mtime, inode -> content key) so an unchanged file is not even re-read. Entries are
-written to a temporary folder and renamed into place; an unreadable entry is ignored and rebuilt.
+written to a temporary folder and renamed into place; an unreadable entry is ignored and rebuilt. After each
+write the cache is pruned to its size limit, least recently used entries first (``cachekeys.prune``).
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ from analyzer.cachekeys import (  # re-exported: the loader and the tools know t
     hash_file,
     hasher,
     known_key,
+    prune,
     remember_key,
     stat_token,
+    touch,
 )
 from analyzer.model import (
     Counters,
@@ -52,6 +55,7 @@ __all__ = [
     "hasher",
     "known_key",
     "load_cached",
+    "prune",
     "read_model",
     "remember_key",
     "stat_token",
@@ -69,9 +73,11 @@ def load_cached(key: str, path: str) -> TraceModel | None:
         return None
     pa, _ = _arrow_modules()
     try:
-        return read_model(folder, path)
+        model = read_model(folder, path)
     except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
         return None
+    touch(folder)
+    return model
 
 
 MODEL_FILES = ("events.parquet", "model.json")
@@ -138,6 +144,7 @@ def _store_now(key: str, model: TraceModel, source: Path | None, token: dict[str
         except OSError:
             shutil.rmtree(tmp, ignore_errors=True)
             return
+        prune()
         if source is not None and token is not None:
             remember_key(source, key, token)
     finally:

@@ -17,6 +17,8 @@ from pathlib import Path
 from analyzer.errors import TraceError
 
 CACHE_VERSION = 9  # bump whenever the model or the loader changes what it builds
+DEFAULT_LIMIT_MB = 4096  # the whole cache folder, all versions; ``STALLSCOPE_CACHE_MB`` overrides it
+_RECENT_S = 60.0  # entries used this recently are never evicted (another process may be reading them)
 
 
 def cache_home() -> Path:
@@ -103,3 +105,55 @@ def atomic_write(target: Path, *chunks: bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def cache_limit_bytes() -> int:
+    """The cache's size limit: ``$STALLSCOPE_CACHE_MB`` megabytes, else ``DEFAULT_LIMIT_MB``."""
+    raw = os.environ.get("STALLSCOPE_CACHE_MB", "")
+    try:
+        mb = float(raw) if raw.strip() else DEFAULT_LIMIT_MB
+    except ValueError:
+        mb = DEFAULT_LIMIT_MB
+    return int(max(mb, 0.0) * (1 << 20))
+
+
+def touch(entry: Path) -> None:
+    """Mark a cache entry as just used (eviction removes the least recently used first)."""
+    with contextlib.suppress(OSError):
+        os.utime(entry)
+
+
+def prune(limit: int | None = None, now: float | None = None) -> list[Path]:
+    """Evict whole entries, least recently used first, until the cache folder (models and answers, of
+    every version: an older version's entries are never read again, so they are the first to go) holds at
+    most ``limit`` bytes. Entries used in the last minute stay. Returns what was removed; errors are
+    ignored (a cache that cannot be pruned is still a cache)."""
+    import shutil
+    import time
+
+    limit = cache_limit_bytes() if limit is None else limit
+    now = time.time() if now is None else now
+    entries: list[tuple[float, int, Path]] = []
+    total = 0
+    with contextlib.suppress(OSError):
+        for kind in cache_home().iterdir():
+            if not kind.name.startswith(("models-v", "answers-v")) or not kind.is_dir():
+                continue
+            for entry in kind.iterdir():
+                if entry.name == "index" or entry.name.startswith(".tmp-") or not entry.is_dir():
+                    continue
+                with contextlib.suppress(OSError):
+                    size = sum(f.stat().st_size for f in entry.iterdir() if f.is_file())
+                    entries.append((entry.stat().st_mtime, size, entry))
+                    total += size
+    removed = []
+    for mtime, size, entry in sorted(entries):
+        if total <= limit:
+            break
+        if now - mtime < _RECENT_S:
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        if not entry.exists():
+            total -= size
+            removed.append(entry)
+    return removed

@@ -62,7 +62,9 @@ def _decode_loop(a: Analysis, kind: SyncKind, op: str, per_step: float) -> bool:
     source = a.sidecar.run.get("step_source")
     if source == "optimizer":
         return False
-    return per_step >= 4 or (source in ("explicit", "forward", "generate") and op.endswith(("item", "__bool__")))
+    return per_step >= 4 or (
+        source in ("explicit", "forward", "generate") and op.endswith(("item", "__bool__"))
+    )
 
 
 def would_sync_on_gpu(a: Analysis) -> list[Finding]:

@@ -7,7 +7,8 @@ as given (the JSON names it), the options that change it (``--rank``, ``--top``,
 of the libraries whose numbers it uses). Any change to one of them is a different key: an answer is never
 served stale, only left unused. Only single trace files are cached (a folder or a job has several files
 and a sidecar beside them). Entries live beside the model cache, in ``$XDG_CACHE_HOME/stallscope``:
-``answers-v<N>/<key>/{summary.txt, analysis.json}``, each file written whole through a rename.
+``answers-v<N>/<key>/{summary.txt, analysis.json}``, each file written whole through a rename. Both caches
+share one size limit (``analyzer.cachekeys.prune``: least recently used entries go first).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from analyzer.cachekeys import atomic_write, cache_home, content_key
+from analyzer.cachekeys import atomic_write, cache_home, content_key, prune, touch
 
 ANSWERS_VERSION = 1
 _PACKAGES = ("analyzer", "stallscope")  # the source that computes and renders an answer
@@ -83,6 +84,8 @@ def lookup(key: str) -> Answer:
     except UnicodeDecodeError:
         text = None
     document = folder / _JSON
+    if text is not None:
+        touch(folder)
     return Answer(text, document if document.is_file() else None)
 
 
@@ -95,6 +98,7 @@ def store(key: str, summary: str | None, document: bytes | None) -> None:
             atomic_write(folder / _JSON, document, b"\n")
         if summary is not None:
             atomic_write(folder / _SUMMARY, summary.encode())
+    prune()
 
 
 def _read(path: Path) -> bytes | None:
