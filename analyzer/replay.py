@@ -213,7 +213,9 @@ def replay(g: Graph, f: Frame, costs: Costs) -> Replay:
     for lo in range(0, len(f.agenda_kind), _CHUNK):  # converted a chunk at a time: no tuple per step kept
         kinds, index = f.agenda_kind[lo : lo + _CHUNK].tolist(), f.agenda_index[lo : lo + _CHUNK].tolist()
         for kind, i in zip(kinds, index, strict=True):
+            # comparisons rather than max(): this loop runs once per call and activity of the trace
             if kind == 0:
+                inside = call_in[i]
                 p = prev[i]
                 if p >= 0:
                     base = new_ce[p]
@@ -222,7 +224,7 @@ def replay(g: Graph, f: Frame, costs: Costs) -> Replay:
                 else:
                     base = anchor.get(lanes[i], c_start[i] - gap[i])
                 gi = gap[i]
-                if call_in[i]:
+                if inside:
                     gi = (gi - gap_input[i]) * hs + gap_input[i] * hs * ins
                 s = base + gi
                 d = dep[i]
@@ -230,30 +232,38 @@ def replay(g: Graph, f: Frame, costs: Costs) -> Replay:
                     done = new_ce[d]
                     if done != done:
                         done = end_of(d)
-                    after = done + (dep_gap[i] * hs if call_in[i] else dep_gap[i])
-                    s = max(s, after) if p >= 0 else after
+                    after = done + (dep_gap[i] * hs if inside else dep_gap[i])
+                    if p < 0 or after > s:
+                        s = after
                 new_cs[i] = s
                 if not blocking[i] or i in no_wait:
-                    new_ce[i] = s + (own[i] * hs if call_in[i] else own[i])
+                    new_ce[i] = s + (own[i] * hs if inside else own[i])
             elif kind == 1:
                 end_of(i)
             else:
+                inside = act_in[i]
                 c = a_call[i]
                 if c < 0:
                     s = a_start[i]
-                elif from_return[i]:
-                    s = end_of(c) + (a_lat[i] - a_hold[i]) * (ls if act_in[i] else 1.0) + a_hold[i]
                 else:
-                    s = new_cs[c] + (a_lat[i] - a_hold[i]) * (ls if act_in[i] else 1.0) + a_hold[i]
-                if s != s:  # launch recorded after its activity started (clock skew): keep the recorded start
-                    s = a_start[i]
+                    hold = a_hold[i]
+                    lat = (a_lat[i] - hold) * ls + hold if inside else a_lat[i]
+                    s = (end_of(c) if from_return[i] else new_cs[c]) + lat
+                    if s != s:  # launch recorded after its activity started (clock skew): the recorded start
+                        s = a_start[i]
                 p = a_prev[i]
                 if p >= 0:
-                    s = max(s, new_ae[p] + a_gap[i])
-                for a, off in offsets[i]:
-                    s = max(s, new_ae[a] + off)
+                    after = new_ae[p] + a_gap[i]
+                    if after > s:
+                        s = after
+                waited = offsets[i]
+                if waited:
+                    for a, off in waited:
+                        after = new_ae[a] + off
+                        if after > s:
+                            s = after
                 new_as[i] = s
-                new_ae[i] = s + (a_dur[i] * ds if act_in[i] else a_dur[i])
+                new_ae[i] = s + (a_dur[i] * ds if inside else a_dur[i])
     ce = np.array(new_ce)
     for i in np.flatnonzero(np.isnan(ce)).tolist():
         ce[i] = end_of(i)
