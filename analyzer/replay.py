@@ -62,6 +62,7 @@ class Frame:
     window_acts: np.ndarray  # activities launched inside the window (their end bounds the makespan)
     act_wait_offset: list[tuple[tuple[int, float], ...]]
     lists: dict[str, list[Any]]  # the graph's columns as Python lists, converted once for every replay
+    loads_data: bool = False  # whether any host gap (or the tail) holds data loading
 
     @property
     def recorded_end(self) -> float:
@@ -128,6 +129,7 @@ def make_frame(
         tail_dep_gap=tail_dep_gap,
         window_acts=window_acts,
         act_wait_offset=offsets,
+        loads_data=bool(tail_input > 0 or (gap_input > 0).any()),
         lists={
             "prev": g.call_prev.tolist(),
             "gap": g.call_gap.tolist(),

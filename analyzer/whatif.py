@@ -46,7 +46,7 @@ class WhatIfReport:
 
 def _loads_data(f: Frame) -> bool:
     """Whether any host gap in the replay holds data loading (else ``input_overlapped`` changes nothing)."""
-    return f.tail_input > 0 or any(x > 0 for x in f.gap_input)
+    return f.loads_data
 
 
 def scenario_costs(

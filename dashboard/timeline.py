@@ -29,7 +29,7 @@ from analyzer.analysis import Analysis
 from analyzer.critical import Kind
 from analyzer.graph import Blocking
 from analyzer.model import F64, I64, LaneKind, Mask, TraceModel
-from analyzer.names import EventKind
+from analyzer.names import ACTIVITY_KINDS, EventKind
 from analyzer.sites import call_site
 from dashboard import palette
 from dashboard.counter_rows import CounterRow, add_counters, counter_rows
@@ -113,28 +113,39 @@ def extract(
         raise ValueError(f"empty range {start_us}..{end_us}")
     bins = max(int(max_items_per_lane), 1)
     ev = model.events
-    overlap = (ev.ts < end_us) & (ev.end > start_us)
-    blocking = _blocking_events(analysis, len(ev))
+    idx = ev.overlapping(start_us, end_us)  # the range's events: nothing below scans the whole table
+    kind, lanes = ev.kind[idx], ev.lane[idx]
+    blocking = _blocking_events(analysis, idx)
     rows: list[Row] = []
     crit = _critical_row(model, analysis, start_us, end_us, bins)
     if crit is not None:
         rows.append(crit)
-    outer = _outermost_ops(model, overlap)
-    api_mask = overlap & ev.is_kind(EventKind.RUNTIME, EventKind.DRIVER)
-    act_mask = overlap & ev.activity_mask()
+    outer = _outermost_ops(model, idx)
+    api = _of_kind(kind, EventKind.RUNTIME, EventKind.DRIVER)
+    act = _of_kind(kind, *ACTIVITY_KINDS)
     for lane in model.lanes:
         if lane.kind == LaneKind.HOST:
-            on = ev.lane == lane.id
-            for kind, mask in ((RowKind.OPS, outer & on), (RowKind.API, api_mask & on)):
-                row = _event_row(model, kind, lane.id, lane.label, mask, blocking, start_us, end_us, bins)
+            on = lanes == lane.id
+            for row_kind, mask in ((RowKind.OPS, outer & on), (RowKind.API, api & on)):
+                row = _event_row(
+                    model, row_kind, lane.id, lane.label, idx[mask], blocking[mask], start_us, end_us, bins
+                )
                 if row is not None:
                     rows.append(row)
     for device in model.devices:
         for lane in model.lanes:
             if lane.kind == LaneKind.STREAM and lane.device == device.id:
-                mask = act_mask & (ev.lane == lane.id)
+                mask = act & (lanes == lane.id)
                 row = _event_row(
-                    model, RowKind.STREAM, lane.id, lane.label, mask, blocking, start_us, end_us, bins
+                    model,
+                    RowKind.STREAM,
+                    lane.id,
+                    lane.label,
+                    idx[mask],
+                    blocking[mask],
+                    start_us,
+                    end_us,
+                    bins,
                 )
                 if row is not None:
                     rows.append(row)
@@ -176,40 +187,45 @@ def _sync_marks(
     return tuple(marks)
 
 
-def _blocking_events(analysis: Analysis, n: int) -> Mask:
-    """Events of the runtime calls the analysis found blocking (drawn in the sync colour)."""
-    out = np.zeros(n, dtype=np.bool_)
+def _of_kind(kinds: npt.NDArray[np.int8], *wanted: EventKind) -> Mask:
+    table = np.zeros(256, dtype=np.bool_)  # a lookup table, as ``EventTable.is_kind``
+    table[[int(k) & 0xFF for k in wanted]] = True
+    return np.asarray(table[kinds.view(np.uint8)])
+
+
+def _blocking_events(analysis: Analysis, idx: I64) -> Mask:
+    """Which of the events ``idx`` (ascending) are runtime calls the analysis found blocking (drawn in the
+    sync colour)."""
+    out = np.zeros(len(idx), dtype=np.bool_)
     g = analysis.graph
-    if g is not None and len(g.call_event):
-        out[g.call_event[g.call_blocking != Blocking.NO]] = True
+    if g is not None and len(g.call_event) and len(idx):
+        calls = g.call_event[g.call_blocking != Blocking.NO]
+        at = np.minimum(np.searchsorted(idx, calls), len(idx) - 1)
+        out[at[idx[at] == calls]] = True
     return out
 
 
-def _outermost_ops(model: TraceModel, overlap: Mask) -> Mask:
-    """Operators and annotations (steps excluded) with no operator or annotation above them on their
-    thread: they never overlap one another, so a thread's operator row is one level deep."""
+def _outermost_ops(model: TraceModel, idx: I64) -> Mask:
+    """Which of the events ``idx`` are operators and annotations (steps excluded) with no operator or
+    annotation above them on their thread: they never overlap one another, so a thread's operator row is
+    one level deep."""
     ev = model.events
-    ops = overlap & ev.is_kind(EventKind.CPU_OP, EventKind.ANNOTATION)
     steps = np.array([s.event for s in model.steps], dtype=np.int64)
-    is_step = np.zeros(len(ev), dtype=np.bool_)
-    if len(steps):
-        is_step[steps] = True
-    ops &= ~is_step
-    idx = np.flatnonzero(ops)
-    anc = ev.parent[idx]
-    covered = np.zeros(len(idx), dtype=np.bool_)
+    ops = _of_kind(ev.kind[idx], EventKind.CPU_OP, EventKind.ANNOTATION) & ~np.isin(idx, steps)
+    which = np.flatnonzero(ops)
+    anc = ev.parent[idx[which]]
+    covered = np.zeros(len(which), dtype=np.bool_)
     for _ in range(_MAX_ANCESTORS):
         live = anc >= 0
         if not live.any():
             break
-        hit = np.zeros(len(idx), dtype=np.bool_)
-        hit[live] = (
-            np.isin(ev.kind[anc[live]], (EventKind.CPU_OP, EventKind.ANNOTATION)) & ~is_step[anc[live]]
-        )
+        hit = np.zeros(len(which), dtype=np.bool_)
+        up = anc[live]
+        hit[live] = _of_kind(ev.kind[up], EventKind.CPU_OP, EventKind.ANNOTATION) & ~np.isin(up, steps)
         covered |= hit
         anc = np.where(live & ~hit, ev.parent[np.maximum(anc, 0)], -1)
-    out = np.zeros(len(ev), dtype=np.bool_)
-    out[idx[~covered]] = True
+    out = np.zeros(len(idx), dtype=np.bool_)
+    out[which[~covered]] = True
     return out
 
 
@@ -218,17 +234,17 @@ def _event_row(
     kind: RowKind,
     lane: int,
     label: str,
-    mask: Mask,
+    idx: I64,
     blocking: Mask,
     start_us: float,
     end_us: float,
     bins: int,
 ) -> Row | None:
-    idx = np.flatnonzero(mask)
+    """The events ``idx`` of one row (``blocking``: which of them are blocking calls), merged to ``bins``."""
     if not len(idx):
         return None
     ev = model.events
-    keys = _event_keys(ev.kind[idx], blocking[idx], kind)
+    keys = _event_keys(ev.kind[idx], blocking, kind)
     s = np.maximum(ev.ts[idx], start_us)
     e = np.minimum(ev.end[idx], end_us)
     groups = lod(s, e, keys, start_us, end_us, bins)
@@ -271,7 +287,10 @@ def _critical_row(
     cp = analysis.critical
     if cp is None:
         return None
-    inside = np.flatnonzero((cp.start_us < end_us) & (cp.end_us > start_us))
+    # the segments tile the window in time order: both bounds are binary searches
+    inside = np.arange(
+        np.searchsorted(cp.end_us, start_us, side="right"), np.searchsorted(cp.start_us, end_us, side="left")
+    )
     if not len(inside):
         return None
     kinds = tuple(Kind)

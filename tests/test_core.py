@@ -385,6 +385,8 @@ def test_real_traces_replay_critical_path_and_graph(shared_traces: Path) -> None
             segs = a.critical.segments
             assert segs[0].start_us == pytest.approx(a.window.start_us)
             assert segs[-1].end_us == pytest.approx(a.window.end_us)
+            cp = a.critical  # in time order, each segment starting where the one before it ended
+            assert np.allclose(cp.start_us[1:], cp.end_us[:-1], rtol=0, atol=1e-3), path.name
             # AND every graph edge goes forward in time
             problems = check_graph(a.graph)
             if problems and path.name.startswith(RANGES_NOT_HOST_TIMED):
