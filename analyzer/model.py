@@ -125,13 +125,15 @@ class EventTable:
     def columns(self) -> dict[str, npt.NDArray[Any]]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
+    _long_kept = 4096  # how many of the longest events ``overlapping`` keeps apart (a class constant)
+
     @cached_property
     def _longest(self) -> tuple[float, I64]:
         """(d, the events longer than d), d chosen so that at most a few thousand events are longer."""
         n = len(self.dur)
         if n == 0:
             return 0.0, np.zeros(0, dtype=np.int64)
-        k = min(n, 4096)
+        k = min(n, self._long_kept)
         d = float(np.partition(self.dur, n - k)[n - k])
         return d, np.flatnonzero(self.dur > d)
 

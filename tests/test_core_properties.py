@@ -8,6 +8,7 @@ import itertools
 from dataclasses import dataclass
 from pathlib import Path
 from tempfile import TemporaryDirectory
+from typing import Any
 
 import numpy as np
 import pytest
@@ -175,3 +176,31 @@ def test_replay_is_exact_unchanged_and_monotone_in_costs(
         Costs(device_scale=device_scale, host_scale=host_scale, input_scale=input_scale, no_wait=blocking),
     ):
         assert replay(g, f, costs).end_us <= base.end_us + 1e-6, costs
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    spans=st.lists(st.tuples(st.integers(0, 2000), st.integers(0, 3000)), max_size=60),
+    lo=st.integers(-100, 2500),
+    width=st.integers(1, 800),
+)
+def test_overlapping_events_found_without_a_scan_are_the_scans(
+    spans: list[tuple[int, int]], lo: int, width: int
+) -> None:
+    from dataclasses import fields
+
+    from analyzer.model import EventTable
+
+    spans = sorted(spans, key=lambda s: (s[0], -s[1]))  # the table's order: by start, longest first
+    ts = np.array([s[0] for s in spans], dtype=np.float64)
+    dur = np.array([s[1] / (10 if i % 3 else 1) for i, s in enumerate(spans)], dtype=np.float64)
+    columns: dict[str, Any] = {f.name: np.zeros(len(ts), dtype=np.int64) for f in fields(EventTable)}
+    columns.update(ts=ts, dur=dur)
+
+    class Few(EventTable):
+        _long_kept = 4  # fewer longest events kept apart than the table has: both searches are used
+
+    table = Few(**columns)
+    hi = lo + width
+    expected = np.flatnonzero((ts < hi) & (ts + dur > lo))
+    assert np.array_equal(table.overlapping(lo, hi), expected)
