@@ -50,6 +50,8 @@ class Segment(NamedTuple):
 
 
 _KINDS = tuple(Kind)
+_NO_INPUT: tuple[F64, F64] = (np.zeros(0), np.zeros(0))  # a thread that loads no data
+_NO_CALLS: tuple[F64, I64] = (np.zeros(0), np.zeros(0, np.int64))  # a thread without calls
 _INDEX = {k: i for i, k in enumerate(_KINDS)}
 
 
@@ -164,10 +166,10 @@ class _Walk:
 
     def host_work(self, lane: int, lo: float, hi: float) -> bool:
         """Host time between calls, split into ``input`` where the thread was loading data."""
-        s, e = self.inputs.get(lane, (np.zeros(0), np.zeros(0)))
+        s, e = self.inputs.get(lane, _NO_INPUT)
         cut = hi
         if len(s):
-            k = int(np.searchsorted(s, hi, side="left")) - 1
+            k = int(s.searchsorted(hi, side="left")) - 1
             while k >= 0 and e[k] > lo and cut > lo:
                 in_lo, in_hi = max(float(s[k]), lo), min(float(e[k]), cut)
                 if in_hi < cut:
@@ -255,8 +257,8 @@ class _Walk:
         """At time ``t`` on a host thread: the host work since the last call that ended by then (only
         calls before position ``below`` of the thread, so zero-length calls cannot loop). When the thread
         sat waiting for another thread there, the walk goes on in that thread."""
-        ends, idx = self.calls_by_lane.get(lane, (np.zeros(0), np.zeros(0, np.int64)))
-        k = int(np.searchsorted(ends, t, side="right")) - 1
+        ends, idx = self.calls_by_lane.get(lane, _NO_CALLS)
+        k = int(ends.searchsorted(t, side="right")) - 1
         if below >= 0:
             k = min(k, below - 1)
         end = self.c_end.item(int(idx[k])) if k >= 0 else self.threads.first(lane)

@@ -20,6 +20,7 @@ judged from the activity that ends it and the host thread that launched that act
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 from enum import Enum
 
@@ -33,6 +34,7 @@ from analyzer.names import ApiKind, EventKind
 from analyzer.sites import CallSite, call_site
 
 MIN_GAP_US = 20.0
+_NO_INPUT: tuple[F64, F64] = (np.zeros(0), np.zeros(0))  # a thread that loads no data
 _BOUND_US = 2.0  # an event that completed this close to a gap's end is what the gap waited for
 
 
@@ -92,7 +94,7 @@ def find_gaps(
     gaps: list[Gap] = []
     bubbles: dict[int, float] = {}
     for g0, g1 in zip(lo.tolist(), hi.tolist(), strict=True):
-        k = int(np.searchsorted(starts, g1 - 1e-6, side="left"))
+        k = int(starts.searchsorted(g1 - 1e-6, side="left"))
         ending = int(order[k]) if k < len(order) and starts[k] <= g1 + 1e-6 else -1
         gap = _judge(model, g, device, g0, g1, ending, leads, input_by_lane, work)
         if gap.blocking_call >= 0:
@@ -121,7 +123,7 @@ class _Leads:
 
     def current(self, gap_start: float) -> int:
         """The latest call whose awaited completion came at or before the gap's start (-1: none)."""
-        k = int(np.searchsorted(self.done, gap_start + 1e-6, side="right")) - 1
+        k = bisect.bisect_right(self.done, gap_start + 1e-6) - 1
         return self.calls[k] if k >= 0 else -1
 
 
@@ -187,7 +189,7 @@ def _judge_rest(
     lane = int(g.call_lane[call])
     launch_event = int(g.call_event[call])
     site = call_site(model, launch_event)
-    in_s, in_e = input_by_lane.get(lane, (np.zeros(0), np.zeros(0)))
+    in_s, in_e = input_by_lane.get(lane, _NO_INPUT)
     if len(in_s) and share > 0:
         covered = float(intervals.covered_in(in_s, in_e, np.array([r0]), np.array([g1]))[0])
         if covered >= 0.5 * share:
@@ -267,7 +269,7 @@ class _HostWork:
         if found is None:
             return ""
         idx, ts = found
-        k = int(np.searchsorted(ts, g1, side="left"))
+        k = int(ts.searchsorted(g1, side="left"))
         near = idx[max(0, k - self._SCAN) : k]
         overlap = np.minimum(ev.end[near], g1) - np.maximum(ev.ts[near], g0)
         if loaders_only:

@@ -31,6 +31,7 @@ _THIRD_PARTY = frozenset(
     }
 )  # fmt: skip
 _MAX_DEPTH = 512
+_PYTHON = int(EventKind.PYTHON)
 
 
 @dataclass(frozen=True)
@@ -119,23 +120,24 @@ def call_site(model: TraceModel, event: int) -> CallSite | None:
     one. When every frame is a library's, the innermost library frame (third-party before torch and the
     standard library), marked ``library``. None only when the trace has no stack above the event."""
     ev = model.events
+    kinds, parents, stacks, names, strings = ev.kind, ev.parent, ev.stack, ev.name, model.strings
     at = event
     fallback: tuple[int, CallSite] | None = None
     stack = -1
-    for _ in range(_MAX_DEPTH):
+    for _ in range(_MAX_DEPTH):  # a walk per call (gaps, syncs, views): plain values, no enum lookups
         if at < 0:
             break
-        if ev.kind[at] == EventKind.PYTHON:
-            name = model.name_of(at)
+        if kinds[at] == _PYTHON:
+            name = strings[names[at]]
             site = parse_frame(name)
             if site is not None:
                 return site
             candidate = library_frame(name)
             if candidate is not None and (fallback is None or candidate[0] > fallback[0]):
                 fallback = candidate
-        elif stack < 0 and ev.stack[at] >= 0:
-            stack = int(ev.stack[at])
-        at = int(ev.parent[at])
+        elif stack < 0 and stacks[at] >= 0:
+            stack = int(stacks[at])
+        at = int(parents[at])
     from_stack = stack_site(model.strings[stack]) if stack >= 0 else None
     if from_stack is not None and (not from_stack.library or fallback is None):
         return from_stack

@@ -119,13 +119,13 @@ class Threads:
             if other == lane:
                 continue
             t = self.lanes[other]
-            k = int(np.searchsorted(t.starts, lo, side="left"))
+            k = int(t.starts.searchsorted(lo, side="left"))
             if k >= len(t.starts) or t.starts[k] >= hi:
                 continue
             at = self._last_end(other, lo, hi)
             if at - float(t.starts[k]) < _SPAN_SHARE * dur or hi - at > _RESUME_SHARE * dur:
                 continue
-            j = int(np.searchsorted(t.call_ends, at, side="right")) - 1
+            j = int(t.call_ends.searchsorted(at, side="right")) - 1
             if j < 0:
                 continue
             if best is None or at > best.at:
@@ -136,7 +136,7 @@ class Threads:
         t = self.lanes.get(lane)
         if t is None:
             return -np.inf
-        k = int(np.searchsorted(t.ends_sorted, hi, side="right")) - 1
+        k = int(t.ends_sorted.searchsorted(hi, side="right")) - 1
         return float(t.ends_sorted[k]) if k >= 0 and t.ends_sorted[k] > lo else -np.inf
 
     def own(self, lane: int, lo: float, hi: float) -> float:
