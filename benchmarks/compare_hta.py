@@ -9,6 +9,11 @@ that *is* HTA's output (``*overlaid_critical_path*``) it also reads HTA's critic
 ``critical_path`` flow events and the ``args.critical`` marks it left on the events.
 
 All times are microseconds. HTA's figures are over HTA's own span (see docs/validation.md).
+
+``--embedded`` checks instead that a trace carrying stallscope's sidecar under its top-level
+``"stallscope"`` key (``collector/embed.py``, what ``stallscope profile`` writes) reads in HTA exactly as
+the same trace without it: for each trace, HTA's figures on the original and on an embedded copy must be
+equal (load time aside), and the copy must stay one JSON object with the same Kineto keys.
 """
 
 from __future__ import annotations
@@ -181,6 +186,37 @@ def run_hta(path: Path) -> Json:
     return out
 
 
+def check_embedded(paths: list[Path], sidecar: Path) -> int:
+    """HTA's figures of each trace, as recorded and with ``sidecar`` embedded: 0 when all are equal."""
+    import shutil
+    import tempfile
+
+    sys.path.insert(0, str(REPO))
+    from collector.embed import embed_sidecar
+
+    doc = json.loads(sidecar.read_text())
+    failed = 0
+    for path in paths:
+        with tempfile.TemporaryDirectory() as d:
+            copy = Path(d) / path.name
+            shutil.copyfile(path, copy)
+            embed_sidecar(copy, doc)
+            with gzip.open(path) as f:
+                before = json.load(f)
+            with gzip.open(copy) as f:
+                after = json.load(f)
+            assert after.pop("stallscope") == doc and after == before, path.name
+            plain, embedded = run_hta(path), run_hta(copy)
+        for r in (plain, embedded):
+            for key in ("load_s", "total_s", "breakdown_s", "critical_s"):
+                r.pop(key, None)
+        same = plain == embedded and "error" not in plain
+        failed += not same
+        verdict = "same figures" if same else f"DIFFERENT: {plain} / {embedded}"
+        print(f"{path.name}: HTA with the sidecar embedded: {verdict}")
+    return 1 if failed else 0
+
+
 def _union(intervals: list[tuple[float, float]]) -> float:
     total, end = 0.0, float("-inf")
     for a, b in sorted(intervals):
@@ -298,7 +334,18 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--json", type=Path, help="write all measured figures here")
     ap.add_argument("--only", help="substring of the trace names to run")
+    ap.add_argument(
+        "--embedded",
+        type=Path,
+        metavar="SIDECAR",
+        help="check that HTA reads each trace with this sidecar.json embedded as it reads it without",
+    )
     args = ap.parse_args()
+    if args.embedded:
+        return check_embedded(
+            [p for p in find_traces() if not args.only or args.only in str(p.relative_to(TRACES))],
+            args.embedded,
+        )
     rows: list[Json] = []
     for path in find_traces():
         name = str(path.relative_to(TRACES))
