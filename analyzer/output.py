@@ -33,6 +33,12 @@ def encode_json(doc: Any) -> bytes:
     return msgspec.json.format(_ENCODER.encode(doc), indent=1)
 
 
+def encode_compact(doc: Any) -> bytes:
+    """``encode_json`` without the indentation: for files only stallscope reads back (the dashboard's
+    store)."""
+    return _ENCODER.encode(doc)
+
+
 DEVICE_KEYS = ("device_busy_us", "device_idle_us", "device_utilization")
 
 

@@ -219,12 +219,15 @@ class Store:
     def save_result(self, trace_id: str, model: TraceModel, analysis: dict[str, Any]) -> Entry:
         """Write the trace model (Parquet) and the analysis JSON, then mark the entry ``ready`` with its
         headline numbers, all or nothing."""
+        from analyzer.output import encode_compact
+
         folder = self._folder(trace_id)
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=folder))
         try:
             write_model(tmp, model)
-            (tmp / "analysis.json").write_text(json.dumps(analysis, allow_nan=False))
-            (tmp / OVERVIEW).write_text(json.dumps(overview_doc(analysis), allow_nan=False))
+            # msgspec, not the standard library: the whole document of a 10M-event trace is ~300 MB
+            (tmp / "analysis.json").write_bytes(encode_compact(analysis))
+            (tmp / OVERVIEW).write_bytes(encode_compact(overview_doc(analysis)))
             sums = {f: _sha256(tmp / f) for f in (*MODEL_FILES, "analysis.json", OVERVIEW)}
             result = f"result-{uuid.uuid4().hex[:8]}"
             tmp.rename(folder / result)
