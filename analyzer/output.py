@@ -55,6 +55,18 @@ def _step(s: StepStats, device: bool) -> dict[str, Any]:
 
 
 def to_json(a: Analysis) -> dict[str, Any]:
+    """The ``--json`` document as Python values (``stallscope.to_json``)."""
+    return _document(a, False)
+
+
+def encoded_document(a: Analysis, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``to_json``'s document with ``extra`` keys, for ``encode_json`` only: the critical path's segments
+    are JSON text already (see ``_critical``), so the document holds no object per segment and no longer
+    needs the analysis (a caller can drop it before encoding: large traces' peak memory)."""
+    return _document(a, True) | (extra or {})
+
+
+def _document(a: Analysis, encoded: bool) -> dict[str, Any]:
     m = a.model
     sync_of = {c: s.id for s in a.syncs for c in s.calls}
     report = m.report
@@ -104,7 +116,7 @@ def to_json(a: Analysis) -> dict[str, Any]:
             }
             for d in a.devices
         ],
-        "critical_path": _critical(a),
+        "critical_path": _critical(a, encoded),
         "gaps": [_gap(a, g, sync_of) for g in a.gaps],
         "syncs": [_sync(a, s) for s in a.syncs],
         "findings": [
@@ -170,36 +182,58 @@ def _run_steps(a: Analysis) -> dict[str, Any] | None:
     }
 
 
-def _critical(a: Analysis) -> dict[str, Any] | None:
+def _critical(a: Analysis, encoded: bool = False) -> dict[str, Any] | None:
+    """The critical path; with ``encoded``, its segments already as JSON text (``msgspec.Raw``), made a
+    chunk at a time: the same bytes in the output without a dict per segment alive at once."""
     cp = a.critical
     if cp is None:
         return None
-    m = a.model
-    kinds = [k.value for k in Kind]
-    labels = [lane.label for lane in m.lanes]
-    names = m.events.name
     return {
         "length_us": cp.length_us,
         "breakdown_us": {k.value: v for k, v in cp.breakdown_us.items()},
         "bottleneck": cp.bottleneck.value,
-        "segments": [
-            {
-                "kind": kinds[k],
-                "lane": labels[lane],
-                "name": m.strings[int(names[e])] if e >= 0 else "",
-                "start_us": lo,
-                "end_us": hi,
-            }
-            for k, lane, e, lo, hi in zip(
-                cp.kind.tolist(),
-                cp.lane.tolist(),
-                cp.event.tolist(),
-                cp.start_us.tolist(),
-                cp.end_us.tolist(),
-                strict=True,
-            )
-        ],
+        "segments": _encoded_segments(a) if encoded else _segments(a, 0, len(cp.kind)),
     }
+
+
+def _segments(a: Analysis, lo: int, hi: int) -> list[dict[str, Any]]:
+    cp = a.critical
+    assert cp is not None
+    m = a.model
+    kinds = [k.value for k in Kind]
+    labels = [lane.label for lane in m.lanes]
+    names = m.events.name
+    return [
+        {
+            "kind": kinds[k],
+            "lane": labels[lane],
+            "name": m.strings[int(names[e])] if e >= 0 else "",
+            "start_us": start,
+            "end_us": end,
+        }
+        for k, lane, e, start, end in zip(
+            cp.kind[lo:hi].tolist(),
+            cp.lane[lo:hi].tolist(),
+            cp.event[lo:hi].tolist(),
+            cp.start_us[lo:hi].tolist(),
+            cp.end_us[lo:hi].tolist(),
+            strict=True,
+        )
+    ]
+
+
+_CHUNK = 1 << 16  # segments encoded at a time
+
+
+def _encoded_segments(a: Analysis) -> msgspec.Raw:
+    assert a.critical is not None
+    text = bytearray(b"[")  # grown in place: no list of chunks and no joined copy beside it
+    for lo in range(0, len(a.critical.kind), _CHUNK):
+        chunk = _ENCODER.encode(_segments(a, lo, lo + _CHUNK))
+        if len(chunk) > 2:
+            text += chunk[1:-1] if len(text) == 1 else b"," + chunk[1:-1]
+    text += b"]"
+    return msgspec.Raw(text)
 
 
 def _site(site: CallSite | None) -> dict[str, Any] | None:

@@ -113,7 +113,7 @@ def _analyse(args: argparse.Namespace, summary: bool) -> tuple[str | None, bytes
     """Load and analyse: the terminal summary (when ``summary``) and the JSON document (with ``--json``)."""
     from analyzer.job.execute import Execution, default_workers
     from analyzer.job.output import job_json
-    from analyzer.output import encode_json, to_json
+    from analyzer.output import encode_json, encoded_document
     from stallscope.job_terminal import render_job
     from stallscope.jobs import load_and_analyse_job
     from stallscope.progress import Progress
@@ -128,13 +128,14 @@ def _analyse(args: argparse.Namespace, summary: bool) -> tuple[str | None, bytes
         )
     finally:
         progress.done()
-    document = encode_json(to_json(result) | {"job": job_json(job) if job else None}) if args.json else None
     text = None
     if summary:
         text = render(result, args.top, args.top_ops)
         if job:
             text += "\n" + render_job(job, args.top)
-    return text, document
+    doc = encoded_document(result, {"job": job_json(job) if job else None}) if args.json else None
+    del result, job  # the model and the analysis go before the text is made (the peak of large traces)
+    return text, encode_json(doc) if doc is not None else None
 
 
 def _emit(args: argparse.Namespace, summary: str | None, document: bytes | Path | None) -> None:
