@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 import numpy as np
+import numpy.typing as npt
 
 from analyzer import intervals
 from analyzer.arrays import group_order
@@ -258,22 +259,28 @@ class _HostWork:
         idx = idx[group_order(ev.lane[idx])]  # by lane, then start (the table's order)
         lanes = ev.lane[idx]
         # each lane's ops with their starts, split once: a lookup per gap must not touch every op
-        self.by_lane: dict[int, tuple[I64, F64]] = {}
+        self.by_lane: dict[int, tuple[I64, F64, F64, npt.NDArray[np.bool_]]] = {}
         for chunk in np.split(idx, np.flatnonzero(lanes[1:] != lanes[:-1]) + 1):
-            if len(chunk):
-                self.by_lane[int(ev.lane[chunk[0]])] = (chunk, ev.ts[chunk])
+            if len(chunk):  # the lane's ops with their starts, ends and kinds, as contiguous columns
+                annotation = ev.kind[chunk] == EventKind.ANNOTATION
+                self.by_lane[int(ev.lane[chunk[0]])] = (chunk, ev.ts[chunk], ev.end[chunk], annotation)
 
     def busiest(self, lane: int, g0: float, g1: float, loaders_only: bool = False) -> str:
-        ev = self.model.events
+        """The op (or, with ``loaders_only``, the annotation) of the thread that overlaps ``[g0, g1]`` the
+        most, among the ``_SCAN`` that start last before ``g1`` ("" when none overlaps it). Once per gap:
+        slices of the lane's columns, no gather."""
         found = self.by_lane.get(lane)
         if found is None:
             return ""
-        idx, ts = found
+        idx, ts, end, annotation = found
         k = int(ts.searchsorted(g1, side="left"))
-        near = idx[max(0, k - self._SCAN) : k]
-        overlap = np.minimum(ev.end[near], g1) - np.maximum(ev.ts[near], g0)
-        if loaders_only:
-            overlap = np.where(ev.kind[near] == EventKind.ANNOTATION, overlap, 0.0)
-        if not len(near) or overlap.max() <= 0:
+        lo = max(0, k - self._SCAN)
+        if lo == k:
             return ""
-        return self.model.name_of(int(near[int(np.argmax(overlap))]))
+        overlap = np.minimum(end[lo:k], g1) - np.maximum(ts[lo:k], g0)
+        if loaders_only:
+            overlap[~annotation[lo:k]] = 0.0
+        best = int(overlap.argmax())
+        if overlap[best] <= 0:
+            return ""
+        return self.model.name_of(int(idx[lo + best]))
