@@ -37,6 +37,16 @@ DECODE_ADVICE = (
 )
 
 
+WOULD_SYNC = "would_sync"  # the rules of this module start so (``would_sync_scalar_read``...)
+UNMEASURED = "cost not measurable without a GPU"  # what the views say of such a finding's cost
+
+
+def measured(rule: str) -> bool:
+    """Whether a finding's cost was measured: a would-be sync of a CPU-only run has none (there was no
+    GPU to wait for), and the views say so instead of "costs 0 us"."""
+    return not rule.startswith(WOULD_SYNC)
+
+
 def op_kind(op: str) -> SyncKind:
     """The sync kind a sync-prone call would have on a GPU, from its op name (the collector already
     decided from the call's arguments whether it would sync at all)."""

@@ -27,6 +27,7 @@ from markupsafe import Markup
 
 from analyzer.analysis import Analysis
 from analyzer.critical import VERDICT
+from analyzer.findings_latent import UNMEASURED, measured
 from analyzer.job.output import job_json
 from analyzer.job.result import JobAnalysis
 from analyzer.output import to_json
@@ -345,6 +346,8 @@ def findings_doc(doc: Doc) -> list[Doc]:
             "site": site_text(f["call_site"]),
             "count": f["count"],
             "time_us": f["time_us"],
+            "measured": measured(f["rule"]),  # a would-be sync of a CPU-only run has no cost to show
+            "cost": f"costs {ms(f['time_us'])}" if measured(f["rule"]) else UNMEASURED,
             "est_saving_us": f["est_saving_us"],
             "advice": f["advice"],
         }

@@ -5,6 +5,7 @@ from __future__ import annotations
 from analyzer.analysis import Analysis
 from analyzer.counters import window_stats
 from analyzer.critical import VERDICT
+from analyzer.findings_latent import UNMEASURED, measured
 from analyzer.model import LaneKind
 from analyzer.numbers import ratio
 from analyzer.tops import tops_of
@@ -113,7 +114,8 @@ def _findings(a: Analysis, top: int) -> list[str]:
     for i, f in enumerate(a.findings[:top], 1):
         label = "  findings" if i == 1 else "          "
         saving = f", saves ~{ms(f.est_saving_us)}" if f.est_saving_us > 0 else ""
-        rows.append(f"{label}{i:>2}. [{f.severity.value}] {f.title} (costs {ms(f.time_us)}{saving})")
+        cost = f"costs {ms(f.time_us)}" if measured(f.rule) else UNMEASURED
+        rows.append(f"{label}{i:>2}. [{f.severity.value}] {f.title} ({cost}{saving})")
         rows.append(f"              fix: {f.advice}")
     if len(a.findings) > top:
         rows.append(f"              ... {len(a.findings) - top} more (--top N, or --json)")

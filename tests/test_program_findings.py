@@ -15,11 +15,15 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from analyzer.analysis import Analysis, analyze  # noqa: E402
-from analyzer.findings_latent import DECODE_ADVICE, input_advice  # noqa: E402
+from analyzer.findings_latent import DECODE_ADVICE, UNMEASURED, input_advice  # noqa: E402
 from analyzer.loader import load  # noqa: E402
+from analyzer.output import to_json  # noqa: E402
 from collector import session  # noqa: E402
 from collector.bundle import SIDECAR_NAME  # noqa: E402
+from dashboard import report  # noqa: E402
+from dashboard.report import findings_doc  # noqa: E402
 from stallscope.cli import main  # noqa: E402
+from stallscope.terminal import render  # noqa: E402
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-only behaviour")
 WINDOW = ["--no-analyze", "--skip", "1", "--warmup", "0", "--steps", "3"]
@@ -155,6 +159,12 @@ def test_decode_loop_gets_decode_advice(tmp_path: Path) -> None:
     assert f.advice == DECODE_ADVICE
     assert f.count >= 3
     assert side["run"]["step_source"] == "explicit"
+    # AND every view says its cost cannot be measured here, not that it is free
+    (line,) = [r for r in render(a, 5, 0).splitlines() if f.title in r]
+    assert line.endswith(f"({UNMEASURED})") and "costs" not in line
+    (row,) = [r for r in findings_doc(to_json(a)) if r["rule"] == "would_sync_decode"]
+    assert (row["measured"], row["cost"]) == (False, UNMEASURED)
+    assert UNMEASURED in report.render(a) and "costs <b>0.0 us</b>" not in report.render(a)
 
 
 def test_generate_loop_gets_decode_advice(tmp_path: Path) -> None:

@@ -51,7 +51,7 @@ def findings_list(doc: Doc) -> html.Div:
                 [
                     html.Span(f["severity"], className="ss-sev", style={"backgroundColor": f["color"]}),
                     html.Span(f["title"], className="ss-title"),
-                    html.Div(f"costs {ms(f['time_us'])}{saving}", className="ss-facts"),
+                    html.Div(f"{f['cost']}{saving}", className="ss-facts"),
                     html.Div(f["site"], className="stallscope-site") if f["site"] else None,
                     html.Div(f"fix: {f['advice']}", className="ss-advice"),
                 ]
