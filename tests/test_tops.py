@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from _kineto import WriteTrace, document, kernel, span
 
@@ -69,3 +70,26 @@ def test_an_op_under_a_python_frame_under_an_op_counts_as_nested(write_trace: Wr
     assert ops["aten::_local_scalar_dense"].self_us == 880
     assert ops["aten::item"].self_us == pytest.approx(20)
     assert [r.name for r in t.ops] == ["aten::_local_scalar_dense", "aten::item"]
+
+
+def test_grouping_by_name_matches_a_dictionary() -> None:
+    from analyzer.tops import _group
+
+    rng = np.random.default_rng(3)
+    for low in (0, -3):  # name codes as the loader makes them, and (never from the loader) negative ones
+        names = rng.integers(low, 40, 500)
+        total, own = rng.random(500), rng.random(500)
+        flag = rng.random(500) < 0.5
+        expected: dict[int, list[float]] = {}
+        for n, t, o, f in zip(names.tolist(), total.tolist(), own.tolist(), flag.tolist(), strict=True):
+            row = expected.setdefault(n, [0, 0.0, 0.0, 0])
+            row[0] += 1
+            row[1] += t
+            row[2] += o
+            row[3] += f
+        rows = _group(names, total, own, flag)
+        assert [r[0] for r in rows] == sorted(expected)
+        for code, count, tot, slf, flagged in rows:
+            want = expected[code]
+            assert (count, flagged) == (want[0], want[3])
+            assert tot == pytest.approx(want[1]) and slf == pytest.approx(want[2])
