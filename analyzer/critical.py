@@ -15,6 +15,7 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from analyzer import intervals
 from analyzer.edges import has_waits
 from analyzer.graph import Graph, per_call
 from analyzer.model import F64, I64
@@ -50,7 +51,6 @@ class Segment(NamedTuple):
 
 
 _KINDS = tuple(Kind)
-_NO_INPUT: tuple[F64, F64] = (np.zeros(0), np.zeros(0))  # a thread that loads no data
 _NO_CALLS: tuple[F64, I64] = (np.zeros(0), np.zeros(0, np.int64))  # a thread without calls
 _INDEX = {k: i for i, k in enumerate(_KINDS)}
 
@@ -166,7 +166,7 @@ class _Walk:
 
     def host_work(self, lane: int, lo: float, hi: float) -> bool:
         """Host time between calls, split into ``input`` where the thread was loading data."""
-        s, e = self.inputs.get(lane, _NO_INPUT)
+        s, e = self.inputs.get(lane, intervals.NONE)
         cut = hi
         if len(s):
             k = int(s.searchsorted(hi, side="left")) - 1

@@ -35,7 +35,6 @@ from analyzer.names import ApiKind, EventKind
 from analyzer.sites import CallSite, call_site
 
 MIN_GAP_US = 20.0
-_NO_INPUT: tuple[F64, F64] = (np.zeros(0), np.zeros(0))  # a thread that loads no data
 _BOUND_US = 2.0  # an event that completed this close to a gap's end is what the gap waited for
 
 
@@ -190,7 +189,7 @@ def _judge_rest(
     lane = int(g.call_lane[call])
     launch_event = int(g.call_event[call])
     site = call_site(model, launch_event)
-    in_s, in_e = input_by_lane.get(lane, _NO_INPUT)
+    in_s, in_e = input_by_lane.get(lane, intervals.NONE)
     if len(in_s) and share > 0:
         covered = float(intervals.covered_in(in_s, in_e, np.array([r0]), np.array([g1]))[0])
         if covered >= 0.5 * share:

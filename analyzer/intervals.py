@@ -6,6 +6,13 @@ import numpy as np
 
 from analyzer.model import F64
 
+NONE: tuple[F64, F64] = (
+    np.zeros(0),
+    np.zeros(0),
+)  # no intervals (a thread that loads no data); never written
+for _column in NONE:
+    _column.setflags(write=False)
+
 
 def union(starts: F64, ends: F64) -> tuple[F64, F64]:
     """Merge intervals into disjoint sorted ones (touching intervals merge)."""

@@ -197,7 +197,7 @@ def _tail(
     if not len(on):
         return -1, 0.0, 0.0
     last = int(on[-1])
-    s, e = input_by_lane.get(lane, (np.zeros(0), np.zeros(0)))
+    s, e = input_by_lane.get(lane, intervals.NONE)
     inside = (
         float(intervals.covered_in(s, e, np.array([g.call_end[last]]), np.array([end_us]))[0])
         if len(s)
