@@ -83,6 +83,13 @@ class Step:
         return self.end_us - self.start_us
 
 
+def of_kind(kinds: I8, *wanted: EventKind) -> Mask:
+    """Which of ``kinds`` (an ``EventTable.kind`` column, or part of one) are one of ``wanted``."""
+    table = np.zeros(256, dtype=np.bool_)  # a lookup table: several times faster than np.isin
+    table[[int(k) & 0xFF for k in wanted]] = True
+    return np.asarray(table[kinds.view(np.uint8)])
+
+
 @dataclass(frozen=True)
 class EventTable:
     """All timed events of one trace, sorted by (ts, longest first). Times are µs on the trace clock."""
@@ -150,9 +157,7 @@ class EventTable:
         return np.concatenate([far, near])
 
     def is_kind(self, *kinds: EventKind) -> Mask:
-        table = np.zeros(256, dtype=np.bool_)  # a lookup table: several times faster than np.isin
-        table[[int(k) & 0xFF for k in kinds]] = True
-        return np.asarray(table[self.kind.view(np.uint8)])
+        return of_kind(self.kind, *kinds)
 
     def activity_mask(self) -> Mask:
         return self.is_kind(*ACTIVITY_KINDS)

@@ -28,7 +28,7 @@ import plotly.graph_objects as go
 from analyzer.analysis import Analysis
 from analyzer.critical import Kind
 from analyzer.graph import Blocking
-from analyzer.model import F64, I64, LaneKind, Mask, TraceModel
+from analyzer.model import F64, I64, LaneKind, Mask, TraceModel, of_kind
 from analyzer.names import ACTIVITY_KINDS, EventKind
 from analyzer.sites import call_site
 from dashboard import palette
@@ -121,8 +121,8 @@ def extract(
     if crit is not None:
         rows.append(crit)
     outer = _outermost_ops(model, idx)
-    api = _of_kind(kind, EventKind.RUNTIME, EventKind.DRIVER)
-    act = _of_kind(kind, *ACTIVITY_KINDS)
+    api = of_kind(kind, EventKind.RUNTIME, EventKind.DRIVER)
+    act = of_kind(kind, *ACTIVITY_KINDS)
     for lane in model.lanes:
         if lane.kind == LaneKind.HOST:
             on = lanes == lane.id
@@ -187,12 +187,6 @@ def _sync_marks(
     return tuple(marks)
 
 
-def _of_kind(kinds: npt.NDArray[np.int8], *wanted: EventKind) -> Mask:
-    table = np.zeros(256, dtype=np.bool_)  # a lookup table, as ``EventTable.is_kind``
-    table[[int(k) & 0xFF for k in wanted]] = True
-    return np.asarray(table[kinds.view(np.uint8)])
-
-
 def _blocking_events(analysis: Analysis, idx: I64) -> Mask:
     """Which of the events ``idx`` (ascending) are runtime calls the analysis found blocking (drawn in the
     sync colour)."""
@@ -211,7 +205,7 @@ def _outermost_ops(model: TraceModel, idx: I64) -> Mask:
     one level deep."""
     ev = model.events
     steps = np.array([s.event for s in model.steps], dtype=np.int64)
-    ops = _of_kind(ev.kind[idx], EventKind.CPU_OP, EventKind.ANNOTATION) & ~np.isin(idx, steps)
+    ops = of_kind(ev.kind[idx], EventKind.CPU_OP, EventKind.ANNOTATION) & ~np.isin(idx, steps)
     which = np.flatnonzero(ops)
     anc = ev.parent[idx[which]]
     covered = np.zeros(len(which), dtype=np.bool_)
@@ -221,7 +215,7 @@ def _outermost_ops(model: TraceModel, idx: I64) -> Mask:
             break
         hit = np.zeros(len(which), dtype=np.bool_)
         up = anc[live]
-        hit[live] = _of_kind(ev.kind[up], EventKind.CPU_OP, EventKind.ANNOTATION) & ~np.isin(up, steps)
+        hit[live] = of_kind(ev.kind[up], EventKind.CPU_OP, EventKind.ANNOTATION) & ~np.isin(up, steps)
         covered |= hit
         anc = np.where(live & ~hit, ev.parent[np.maximum(anc, 0)], -1)
     out = np.zeros(len(idx), dtype=np.bool_)
