@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _programs import TINY_LM
 
 torch = pytest.importorskip("torch")
 
@@ -129,26 +130,9 @@ def test_forward_calls_inside_an_optimizer_step_are_not_steps(tmp_path: Path) ->
     assert (run["step_source"], run["steps_seen"]) == ("optimizer", 4)
 
 
-GENERATE = """\
-import torch
-
-
-class TinyLM(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.embed = torch.nn.Embedding(16, 8)
-        self.head = torch.nn.Linear(8, 16)
-
-    def forward(self, ids):
-        return self.head(self.embed(ids))
-
-    @torch.no_grad()
-    def generate(self, ids, max_new_tokens):
-        for _ in range(max_new_tokens):
-            nxt = self(ids)[:, -1].argmax(-1, keepdim=True)
-            ids = torch.cat([ids, nxt], dim=1)
-        return ids
-
+GENERATE = (
+    TINY_LM
+    + """
 
 model = TinyLM()
 prompt = torch.tensor([[1, 2]])
@@ -156,6 +140,7 @@ for _ in range(6):
     out = model.generate(prompt, max_new_tokens=5)
 print("GENERATED", out.shape[1])
 """
+)
 
 
 def test_generate_calls_are_the_steps_of_a_generation_loop(

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _programs import TINY_LM, line_of
 
 torch = pytest.importorskip("torch")
 
@@ -81,36 +82,20 @@ with torch.no_grad():
         stallscope.step()
 """
 
-GENERATE = """\
-import torch
+GENERATE = (
+    TINY_LM
+    + """
 
 EOS = 15
-
-
-class TinyLM(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.embed = torch.nn.Embedding(16, 16)
-        self.head = torch.nn.Linear(16, 16)
-
-    def forward(self, ids):
-        return self.head(self.embed(ids))
-
-    @torch.no_grad()
-    def generate(self, ids, max_new_tokens):
-        for _ in range(max_new_tokens):
-            nxt = self(ids)[:, -1].argmax(-1, keepdim=True)
-            ids = torch.cat([ids, nxt], dim=1)
-        return ids
-
 
 torch.manual_seed(0)
 model = TinyLM()
 for prompt in range(6):
     out = model.generate(torch.tensor([[prompt]]), max_new_tokens=5)
-    if out[0, -1].item() == EOS:  # L27: once per generate call, decides what comes next
+    if out[0, -1].item() == EOS:  # once per generate call, decides what comes next
         break
 """
+)
 
 
 @pytest.fixture(autouse=True)
@@ -173,7 +158,8 @@ def test_generate_loop_gets_decode_advice(tmp_path: Path) -> None:
     assert side["run"]["step_source"] == "generate"
     # THEN that read is a decode finding, not training advice
     (f,) = [f for f in a.findings if f.rule.startswith("would_sync")]
-    assert (f.rule, f.call_site.line if f.call_site else None) == ("would_sync_decode", 27)
+    line = line_of(GENERATE, "out[0, -1].item()")
+    assert (f.rule, f.call_site.line if f.call_site else None) == ("would_sync_decode", line)
     assert f.advice == DECODE_ADVICE
 
 
