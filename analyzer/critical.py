@@ -8,6 +8,7 @@ nothing known). The segments tile the window, so the path's length equals the wi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from typing import NamedTuple
@@ -99,18 +100,22 @@ def critical_path(
     still running then: when an activity is running at the end, the walk starts there, else on the main
     thread (``inputs.main_thread``)."""
     walk = _Walk(g, start_us, input_by_lane)
-    running = (
-        np.flatnonzero((g.act_start < end_us) & (g.act_end >= end_us)) if g.activities else np.zeros(0, int)
-    )
-    if len(running):
-        a = int(running[np.argmax(g.act_start[running])])
-        walk.run(("device", a, end_us, -1))
-    else:
-        walk.run(("host", main_lane, end_us, -1))
+    walk.run(_first_state(g, end_us, main_lane))
     kind, lane_of, event, lo, hi = _merged(walk)
     totals = np.bincount(kind, weights=hi - lo, minlength=len(_KINDS))
     breakdown = {k: float(totals[i]) for i, k in enumerate(_KINDS)}
     return CriticalPath(float(totals.sum()), breakdown, kind, lane_of, event, lo, hi, walk.stopped)
+
+
+def _first_state(g: Graph, end_us: float, main_lane: int) -> State:
+    """Where the walk starts: the activity still running at the window's end that started last, else the
+    main thread at the end."""
+    running = (
+        np.flatnonzero((g.act_start < end_us) & (g.act_end >= end_us)) if g.activities else np.zeros(0, int)
+    )
+    if len(running):
+        return ("device", int(running[np.argmax(g.act_start[running])]), end_us, -1)
+    return ("host", main_lane, end_us, -1)
 
 
 class _Walk:
@@ -152,6 +157,7 @@ class _Walk:
         idx = np.arange(g.activities)
         by_stream = (how == _STREAM) & (who == idx - 1)
         self.chain = idx - np.maximum.accumulate(np.where(by_stream, -1, idx)) if len(idx) else idx
+        self.plain: dict[int, I64] = {}  # per thread, the host steps in a row from each call (_plain_steps)
 
     def add(self, kind: Kind, lane: int, event: int, lo: float, hi: float) -> bool:
         """Record [lo, hi] clipped to the window; False once the window's start is reached."""
@@ -200,7 +206,11 @@ class _Walk:
                 return
             seen.add(state)
             if kind == "host":
-                state = self.host_step(node, t, below)
+                steps = self._plain_run(node, t, below)
+                if steps > 1 and self.budget >= steps:
+                    state, at, seen = self._run_host(node, below, steps, at, seen)
+                else:
+                    state = self.host_step(node, t, below)
             elif self.chain.item(node) > 1 and self.budget >= self.chain.item(node):
                 state, at, seen = self._run_stream(node, t, at, seen)
             else:
@@ -217,41 +227,132 @@ class _Walk:
         times = np.minimum.accumulate(np.concatenate(([t], x)))  # times[j]: the walk's time at nodes[j]
         if not np.isfinite(times).all():
             return self.device_step(a, t), at, seen
-        # states after the first that the one-by-one walk could find seen already: a cycle it reports
-        visit = m
-        for j in range(1, m):
-            tj = float(times[j])
-            if tj < at:
-                break
-            if ("device", int(nodes[j]), tj, -1) in seen:
-                visit = j
-                break
+
+        def state_at(j: int) -> State:
+            return ("device", a - j, float(times[j]), -1)
+
+        visit = self._visits(state_at, times, m, at, seen)
         starts = np.minimum(a_start[:visit], times[:visit])
         los = np.stack([starts, times[1 : visit + 1]], axis=1).ravel()
         his = np.stack([np.minimum(self.a_end[nodes[:visit]], times[:visit]), starts], axis=1).ravel()
         events = np.stack([self.a_event[nodes[:visit]], np.full(visit, -1)], axis=1).ravel()
         kinds = np.tile(np.array([_INDEX[Kind.DEVICE], _INDEX[Kind.IDLE]]), visit)
-        done = np.flatnonzero(los <= self.start)  # the window's start reached: the walk ends there
+        if not self._record(kinds, self.a_lane.item(a), events, los, his):
+            return None, at, seen
+        at, seen = self._after_run(state_at, times, visit, at, seen)
+        return state_at(visit), at, seen
+
+    def _plain_run(self, lane: int, t: float, below: int) -> int:
+        """How many plain host steps in a row (``_plain_steps``) start at ("host", lane, t, below): none
+        unless the walk is at the start of the call at position ``below``, where such a step leaves it."""
+        if below < 0:
+            return 0
+        steps = self.plain.get(lane)
+        if steps is None:
+            steps = self.plain[lane] = self._plain_steps(lane)
+        if below >= len(steps) or t != self.c_start.item(self.calls_by_lane[lane][1].item(below)):
+            return 0
+        return steps.item(below)
+
+    def _plain_steps(self, lane: int) -> I64:
+        """Per call position p of the thread, how many plain ``host_step`` calls in a row the walk takes
+        from the start of call p. A plain step goes to the call just before (position p - 1, as the
+        search by end time finds it), with no handoff recorded on call p, that call ending after the
+        window's start, not waiting on the device, starting no later than call p, and no data loading
+        between the two: it records the host work between the calls and the call, and leaves the walk at
+        the start of call p - 1."""
+        ends, idx = self.calls_by_lane.get(lane, _NO_CALLS)
+        pos = np.arange(len(idx))
+        if not len(idx):
+            return pos
+        t = self.c_start[idx]
+        k = np.minimum(ends.searchsorted(t, side="right") - 1, pos - 1)
+        prev = idx[np.maximum(pos - 1, 0)]
+        end = np.minimum(self.c_end[prev], t)
+        blocking = self.c_awaited[idx] > t  # and waits on something (looked up only where this holds)
+        late = np.flatnonzero(blocking)
+        blocking[late] = has_waits([self.c_waits[c] for c in idx[late].tolist()])
+        s, e = self.inputs.get(lane, intervals.NONE)
+        if len(s):  # host_work's first check: an input interval overlaps (end, t)
+            i = s.searchsorted(t, side="left") - 1
+            loading = (i >= 0) & (e[np.maximum(i, 0)] > end) & (t > end)
+        else:
+            loading = np.zeros(len(idx), dtype=np.bool_)
+        plain = (
+            (k == pos - 1)
+            & (pos >= 1)
+            & (self.c_dep[idx] < 0)
+            & (self.c_end[prev] > self.start)
+            & ~blocking[np.maximum(pos - 1, 0)]
+            & ~loading
+            & (self.c_start[prev] <= t)
+        )
+        return pos - np.maximum.accumulate(np.where(plain, -1, pos))
+
+    def _run_host(
+        self, lane: int, below: int, m: int, at: float, seen: set[State]
+    ) -> tuple[State, float, set[State]]:
+        """``host_step`` repeated down ``m`` plain steps from the start of the call at position ``below``
+        (see ``_plain_steps``), as arrays: the same segments, states, cycle checks and budget as the steps
+        one by one. Returns the next state and the walk's ``at`` and ``seen`` after the run."""
+        calls = self.calls_by_lane[lane][1][below - m : below + 1][::-1]  # the walk at its start: j steps in
+        times = self.c_start[calls]  # times[j]: the walk's time after j steps
+
+        def state_at(j: int) -> State:
+            return ("host", lane, float(times[j]), below - j)
+
+        visit = self._visits(state_at, times, m, at, seen)
+        ends = np.minimum(self.c_end[calls[1 : visit + 1]], times[:visit])
+        los = np.stack([ends, times[1 : visit + 1]], axis=1).ravel()  # the host work, then the call
+        his = np.stack([times[:visit], ends], axis=1).ravel()
+        events = np.stack([np.full(visit, -1), self.c_event[calls[1 : visit + 1]]], axis=1).ravel()
+        if not self._record(np.full(len(los), _INDEX[Kind.HOST]), lane, events, los, his):
+            return None, at, seen
+        at, seen = self._after_run(state_at, times, visit, at, seen)
+        return state_at(visit), at, seen
+
+    def _visits(
+        self, state_at: Callable[[int], State], times: F64, m: int, at: float, seen: set[State]
+    ) -> int:
+        """How many of a run's ``m`` states the walk takes one by one: a state after the first that it
+        finds seen already (at the walk's lowest time) is a cycle, which the walk's loop reports."""
+        for j in range(1, m):
+            if float(times[j]) < at:
+                break
+            if state_at(j) in seen:
+                return j
+        return m
+
+    def _record(self, kinds: I64, lane: int, events: I64, los: F64, his: F64) -> bool:
+        """Record a run's segments (in the walk's order, back in time) as ``add`` would one by one: clipped
+        to the window, empty ones left out, none after the first that reaches the window's start; False
+        once it is reached."""
+        done = np.flatnonzero(los <= self.start)
         end = int(done[0]) + 1 if len(done) else len(los)
         lo_c = np.maximum(los[:end], self.start)
         keep = his[:end] > lo_c
         n = int(np.count_nonzero(keep))
         self.kind.extend(kinds[:end][keep].tolist())
-        self.lane.extend([self.a_lane.item(a)] * n)
+        self.lane.extend([lane] * n)
         self.event.extend(events[:end][keep].tolist())
         self.lo.extend(lo_c[keep].tolist())
         self.hi.extend(his[:end][keep].tolist())
-        if len(done):
-            return None, at, seen
-        self.budget -= visit - 1  # the states after the first (the walk's loop counts the next one)
+        return not len(done)
+
+    def _after_run(
+        self, state_at: Callable[[int], State], times: F64, visit: int, at: float, seen: set[State]
+    ) -> tuple[float, set[State]]:
+        """The walk's budget, ``at`` and ``seen`` after taking a run's first ``visit`` states (``times[j]``
+        the time of state j) as its loop would have: the loop counts the first and the next one."""
+        self.budget -= visit - 1
         last = float(times[visit - 1])
         if last < at:  # the time went down in the run: seen holds the states since it last did
             at, seen = last, set()
             since = np.flatnonzero(times[1:visit] == last) + 1
         else:
             since = np.arange(1, visit)
-        seen.update(("device", int(nodes[j]), float(times[j]), -1) for j in since.tolist())
-        return ("device", a - visit, float(times[visit]), -1), at, seen
+        seen.update(state_at(j) for j in since.tolist())
+        return at, seen
 
     def host_step(self, lane: int, t: float, below: int) -> State:
         """At time ``t`` on a host thread: the host work since the last call that ended by then (only
