@@ -52,6 +52,15 @@ class Segment(NamedTuple):
 
 
 _KINDS = tuple(Kind)
+# segments as columns: kind (index into Kind), lane, event, lo, hi
+_Columns = tuple[npt.NDArray[np.int8], I64, I64, F64, F64]
+_NO_SEGMENTS: _Columns = (
+    np.zeros(0, np.int8),
+    np.zeros(0, np.int64),
+    np.zeros(0, np.int64),
+    np.zeros(0),
+    np.zeros(0),
+)
 _NO_CALLS: tuple[F64, I64] = (np.zeros(0), np.zeros(0, np.int64))  # a thread without calls
 _INDEX = {k: i for i, k in enumerate(_KINDS)}
 
@@ -119,18 +128,21 @@ def _first_state(g: Graph, end_us: float, main_lane: int) -> State:
 
 
 class _Walk:
-    """The backward walk, over plain Python lists (numpy scalar access would dominate on long paths)."""
+    """The backward walk: single steps over plain Python values (numpy scalar access would dominate on long
+    paths), runs of like steps as arrays."""
 
     def __init__(self, g: Graph, start_us: float, input_by_lane: dict[int, tuple[F64, F64]]) -> None:
         self.start = start_us
         self.inputs = input_by_lane
         self.threads = g.threads
         self.anchor = g.thread_anchor  # a thread's first event of any kind: it exists from then on
-        self.kind: list[int] = []  # the segments, appended backwards in time, one list per column
+        # the segments, appended backwards in time: single steps' in a list per column, then moved to blocks
+        self.kind: list[int] = []
         self.lane: list[int] = []
         self.event: list[int] = []
         self.lo: list[float] = []
         self.hi: list[float] = []
+        self.blocks: list[_Columns] = []  # the segments before those in the lists, as arrays (runs' too)
         self.calls_by_lane: dict[int, tuple[F64, I64]] = {}
         position = np.zeros(g.calls, dtype=np.int64)
         for lane in np.unique(g.call_lane).tolist():
@@ -331,13 +343,41 @@ class _Walk:
         end = int(done[0]) + 1 if len(done) else len(los)
         lo_c = np.maximum(los[:end], self.start)
         keep = his[:end] > lo_c
-        n = int(np.count_nonzero(keep))
-        self.kind.extend(kinds[:end][keep].tolist())
-        self.lane.extend([lane] * n)
-        self.event.extend(events[:end][keep].tolist())
-        self.lo.extend(lo_c[keep].tolist())
-        self.hi.extend(his[:end][keep].tolist())
+        self._flush()
+        lanes = np.full(int(np.count_nonzero(keep)), lane, dtype=np.int64)
+        self.blocks.append(
+            (kinds[:end][keep].astype(np.int8), lanes, events[:end][keep], lo_c[keep], his[:end][keep])
+        )
         return not len(done)
+
+    def _flush(self) -> None:
+        """Move the segments in the lists to a block of arrays (runs are recorded as arrays, kept so)."""
+        if self.kind:
+            self.blocks.append(
+                (
+                    np.array(self.kind, dtype=np.int8),
+                    np.array(self.lane, dtype=np.int64),
+                    np.array(self.event, dtype=np.int64),
+                    np.array(self.lo, dtype=np.float64),
+                    np.array(self.hi, dtype=np.float64),
+                )
+            )
+            for column in (self.kind, self.lane, self.event, self.lo, self.hi):
+                column.clear()
+
+    def columns(self) -> _Columns:
+        """Every segment recorded, in the walk's order (back in time)."""
+        self._flush()
+        if not self.blocks:
+            return _NO_SEGMENTS
+        kind, lane, event, lo, hi = zip(*self.blocks, strict=True)
+        return (
+            np.concatenate(kind),
+            np.concatenate(lane),
+            np.concatenate(event),
+            np.concatenate(lo),
+            np.concatenate(hi),
+        )
 
     def _after_run(
         self, state_at: Callable[[int], State], times: F64, visit: int, at: float, seen: set[State]
@@ -482,11 +522,8 @@ def _predecessors(g: Graph) -> tuple[npt.NDArray[np.int8], I64]:
 def _merged(walk: _Walk) -> tuple[npt.NDArray[np.int8], I64, I64, F64, F64]:
     """The walk's segments in time order, touching segments of one kind on one lane joined (host work and
     the calls inside it, for example); a joined segment keeps the first event it names."""
-    kind = np.array(walk.kind[::-1], dtype=np.int8)
-    lane = np.array(walk.lane[::-1], dtype=np.int64)
-    event = np.array(walk.event[::-1], dtype=np.int64)
-    lo = np.array(walk.lo[::-1], dtype=np.float64)
-    hi = np.array(walk.hi[::-1], dtype=np.float64)
+    kind, lane, event, lo, hi = walk.columns()
+    kind, lane, event, lo, hi = kind[::-1], lane[::-1], event[::-1], lo[::-1], hi[::-1]
     if not len(kind):
         return kind, lane, event, lo, hi
     new = np.ones(len(kind), dtype=np.bool_)

@@ -41,7 +41,8 @@ def walked(walk: _Walk, first: State, budget: int | None = None) -> Walked:
     if budget is not None:
         walk.budget = budget
     walk.run(first)
-    return (walk.kind, walk.lane, walk.event, walk.lo, walk.hi, walk.stopped)
+    kind, lane, event, lo, hi = walk.columns()
+    return (kind.tolist(), lane.tolist(), event.tolist(), lo.tolist(), hi.tolist(), walk.stopped)
 
 
 def coarsened(g: Graph, start_us: float, grid_us: float) -> Graph:
