@@ -116,8 +116,8 @@ class Spy(_Walk):
 
 
 def test_a_cycle_met_inside_a_run_of_host_steps(tmp_path: Path) -> None:
-    # GIVEN a thread of 7 zero-length calls at one time (after an earlier one, call 0), each launching a
-    # kernel; call 1 waits for call 5's kernel (an edge back in time), call 3's kernel runs past the end
+    # GIVEN a thread of 7 calls, each launching a kernel: call 0, then calls 1-6 zero-length at one time;
+    # call 1 waits for call 5's kernel (an edge back in time), call 3's kernel runs past the window's end
     sc = Scenario("cycle")
     for _ in range(7):
         sc.launch("k", 5.0)
@@ -144,7 +144,7 @@ def test_a_cycle_met_inside_a_run_of_host_steps(tmp_path: Path) -> None:
     first = _first_state(g, t + 200, int(g.call_lane[0]))
     assert first == ("device", 3, t + 200, -1)
     # WHEN walked back: kernel 3, its launch (call 3), calls 2 and 1, call 1's wait on kernel 5, its launch
-    # (call 5), then a run down calls 5, 4, 3 that meets call 3 again at the same time
+    # (call 5), then a run of host steps down from call 5 that meets call 3's start again at the same time
     spy = Spy(g, t - 50, {})
     fast = walked(spy, first)
     # THEN the run stops before the state seen already, the walk reports the cycle, and the single steps
