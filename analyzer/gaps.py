@@ -20,7 +20,6 @@ judged from the activity that ends it and the host thread that launched that act
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass
 from enum import Enum
 
@@ -29,10 +28,10 @@ import numpy.typing as npt
 
 from analyzer import intervals
 from analyzer.arrays import group_order
-from analyzer.graph import Graph
-from analyzer.model import F64, I64, TraceModel
+from analyzer.graph import Graph, per_call
+from analyzer.model import F64, I64, Mask, TraceModel
 from analyzer.names import ApiKind, EventKind
-from analyzer.sites import CallSite, call_site
+from analyzer.sites import CallSite, call_sites
 
 MIN_GAP_US = 20.0
 _BOUND_US = 2.0  # an event that completed this close to a gap's end is what the gap waited for
@@ -80,30 +79,55 @@ def find_gaps(
     input_by_lane: dict[int, tuple[F64, F64]],
     min_gap_us: float = MIN_GAP_US,
 ) -> GapReport:
-    """Gaps of ``device`` (busy: its disjoint busy intervals inside the window) with causes and bubbles."""
+    """Gaps of ``device`` (busy: its disjoint busy intervals inside the window) with causes and bubbles.
+
+    A sync's lead explains a gap's first ``charge`` µs; the rest is judged by the other rules, and the
+    cause that explains more of the gap is the one reported (the sync keeps its charge either way). The
+    rules' inputs are columns over all gaps (a trace can have tens of thousands); one loop writes them."""
     bs, be = busy
     lo = np.concatenate([[start_us], be])
     hi = np.concatenate([bs, [end_us]])
     keep = (hi - lo) >= min_gap_us
     lo, hi = lo[keep], hi[keep]
-    mine = np.flatnonzero(g.act_device == device)
-    order = mine[np.argsort(g.act_start[mine], kind="stable")]
-    starts = g.act_start[order]
     leads = _Leads(g, device)
-    work = _HostWork(model)
+    lead, charge = leads.charges(lo, hi)
+    rest = _rest(g, lo + charge, hi, _endings(g, device, hi), input_by_lane)
+    causes, details = _verdicts(model, g, rest, _HostWork(model))
+    # the launching line is where to look unless the activity waited for something else
+    located = np.array([c is not Cause.DEPENDENCY for c in causes], dtype=np.bool_)
+    sites = call_sites(model, np.where((rest.rule != _NO_CALL) & located, rest.launch, -1))
+    synced = np.flatnonzero((lead >= 0) & (charge >= rest.share))
+    sync_sites = dict(zip(synced.tolist(), call_sites(model, g.call_event[lead[synced]]), strict=True))
     gaps: list[Gap] = []
     bubbles: dict[int, float] = {}
-    for g0, g1 in zip(lo.tolist(), hi.tolist(), strict=True):
-        k = int(starts.searchsorted(g1 - 1e-6, side="left"))
-        ending = int(order[k]) if k < len(order) and starts[k] <= g1 + 1e-6 else -1
-        gap = _judge(model, g, device, g0, g1, ending, leads, input_by_lane, work)
-        if gap.blocking_call >= 0:
-            bubbles[gap.blocking_call] = bubbles.get(gap.blocking_call, 0.0) + gap.charged_us
-        gaps.append(gap)
     idle: dict[Cause, float] = {c: 0.0 for c in Cause}
-    for gap in gaps:
-        idle[gap.cause] += gap.dur_us
+    columns = (lo.tolist(), hi.tolist(), lead.tolist(), charge.tolist(), causes, details, sites)
+    for i, (g0, g1, blocking, charged, cause, detail, site) in enumerate(zip(*columns, strict=True)):
+        if i in sync_sites:
+            e = int(g.call_event[blocking])
+            detail = f"{model.name_of(e)} blocked the host {leads.waited[blocking]:.0f} us{_op(model, e)}"
+            if charged < g1 - g0 - 1e-6:
+                detail += f" (explains {charged:.0f} us of the gap; the rest: {cause.value})"
+            cause, site = Cause.SYNC, sync_sites[i]
+        elif blocking >= 0:
+            detail += f" (a sync's lead explains the first {charged:.0f} us)"
+        if blocking >= 0:
+            bubbles[blocking] = bubbles.get(blocking, 0.0) + charged
+        gaps.append(Gap(device, g0, g1, cause, detail, site, blocking, charged))
+        idle[cause] += g1 - g0
     return GapReport(tuple(gaps), bubbles, idle)
+
+
+def _endings(g: Graph, device: int, gap_end: F64) -> I64:
+    """The activity of ``device`` that starts as each gap ends (-1: none does)."""
+    mine = np.flatnonzero(g.act_device == device)
+    if not len(mine):
+        return np.full(len(gap_end), -1, dtype=np.int64)
+    order = mine[np.argsort(g.act_start[mine], kind="stable")]
+    starts = g.act_start[order]
+    k = starts.searchsorted(gap_end - 1e-6, side="left")
+    at = np.minimum(k, len(order) - 1)
+    return np.where((k < len(order)) & (starts[at] <= gap_end + 1e-6), order[at], -1).astype(np.int64)
 
 
 class _Leads:
@@ -117,123 +141,145 @@ class _Leads:
             for c in order[waited[order] > 0].tolist()
             if any(g.act_device[a] == device for a in g.call_waits[c])
         ]
-        self.done = [float(g.call_awaited[c]) for c in self.calls]
+        self.done = g.call_awaited[np.array(self.calls, dtype=np.int64)]
         self.waited = {c: float(waited[c]) for c in self.calls}
-        self.budget = dict(self.waited)
 
-    def current(self, gap_start: float) -> int:
-        """The latest call whose awaited completion came at or before the gap's start (-1: none)."""
-        k = bisect.bisect_right(self.done, gap_start + 1e-6) - 1
-        return self.calls[k] if k >= 0 else -1
+    def charges(self, lo: F64, hi: F64) -> tuple[I64, F64]:
+        """Per gap (in time order): the call whose lead it is in and the µs charged to that call (-1 and
+        0.0: none). The lead is the latest call whose awaited completion came at or before the gap's
+        start; the gaps in its lead spend its budget (the time it blocked) in turn, until none is left."""
+        at = np.searchsorted(self.done, lo + 1e-6, side="right") - 1
+        lead = np.full(len(lo), -1, dtype=np.int64)
+        charge = np.zeros(len(lo))
+        budget = dict(self.waited)
+        led = np.flatnonzero(at >= 0)
+        for i, k, idle in zip(led.tolist(), at[led].tolist(), (hi - lo)[led].tolist(), strict=True):
+            call = self.calls[k]
+            if budget[call] > 0:
+                charged = min(idle, budget[call])
+                budget[call] -= charged
+                lead[i], charge[i] = call, charged
+        return lead, charge
 
 
-def _judge(
-    model: TraceModel,
-    g: Graph,
-    device: int,
-    g0: float,
-    g1: float,
-    ending: int,
-    leads: _Leads,
-    input_by_lane: dict[int, tuple[F64, F64]],
-    work: _HostWork,
-) -> Gap:
-    """A sync's lead explains the gap's first ``charge`` µs; the rest is judged by the other rules, and
-    the cause that explains more of the gap is the one reported (the sync keeps its charge either way)."""
-    lead, charge = leads.current(g0), 0.0
-    if lead >= 0 and leads.budget[lead] > 0:
-        charge = min(g1 - g0, leads.budget[lead])
-        leads.budget[lead] -= charge
-    else:
-        lead = -1
-    rest = _judge_rest(model, g, g0 + charge, g1, ending, input_by_lane, work)
-    if lead >= 0 and charge >= rest.share:
-        e = int(g.call_event[lead])
-        detail = f"{model.name_of(e)} blocked the host {leads.waited[lead]:.0f} us{_op(model, e)}"
-        if charge < g1 - g0 - 1e-6:
-            detail += f" (explains {charge:.0f} us of the gap; the rest: {rest.cause.value})"
-        return Gap(device, g0, g1, Cause.SYNC, detail, call_site(model, e), lead, charge)
-    detail = rest.detail
-    if lead >= 0:
-        detail += f" (a sync's lead explains the first {charge:.0f} us)"
-    return Gap(device, g0, g1, rest.cause, detail, rest.site, lead, charge)
+# the rule after sync that decides a gap's cause, in the order they are tried (see the module docstring)
+_NO_CALL, _INPUT, _WAITED, _HELD, _HOST = range(5)
 
 
 @dataclass(frozen=True)
-class _Verdict:
-    cause: Cause
-    detail: str
-    site: CallSite | None
-    share: float  # µs of the gap this cause explains
+class _Rest:
+    """Per gap, its part ``[r0, g1]`` not explained by a sync: the rule that decides its cause and what
+    the verdict names (columns; entries a gap's rule does not use are arbitrary)."""
+
+    r0: F64
+    g1: F64
+    share: F64  # µs of the gap the rest explains
+    rule: npt.NDArray[np.int8]
+    ending: I64  # the activity that ends the gap (-1: none)
+    lane: I64  # the launching thread
+    launch: I64  # the launch call's event
+    waited_for: I64  # the first activity it waited for that completed as the gap ended
+    delay: F64  # from the launch's issue to the gap's end
 
 
-def _judge_rest(
-    model: TraceModel,
-    g: Graph,
-    r0: float,
-    g1: float,
-    ending: int,
-    input_by_lane: dict[int, tuple[F64, F64]],
-    work: _HostWork,
-) -> _Verdict:
-    """The cause of the gap's part ``[r0, g1]`` not explained by a sync (DESIGN.md §4's rules after sync)."""
-    share = max(g1 - r0, 0.0)
-    call = int(g.act_call[ending]) if ending >= 0 else -1
-    if call < 0:
-        what = (
-            f"{model.name_of(int(g.act_event[ending]))[:80]} has no launch call in the trace"
-            if ending >= 0
-            else "no work followed"
-        )
-        return _Verdict(Cause.UNKNOWN, what, None, share)
-    lane = int(g.call_lane[call])
-    launch_event = int(g.call_event[call])
-    site = call_site(model, launch_event)
-    in_s, in_e = input_by_lane.get(lane, intervals.NONE)
-    if len(in_s) and share > 0:
-        covered = float(intervals.covered_in(in_s, in_e, np.array([r0]), np.array([g1]))[0])
-        if covered >= 0.5 * share:
-            loader = work.busiest(lane, r0, g1, loaders_only=True) or "data loading"
-            return _Verdict(Cause.INPUT, f"host loading data ({loader})", site, share)
-    name = model.name_of(int(g.act_event[ending]))[:80]
+def _rest(g: Graph, r0: F64, g1: F64, ending: I64, input_by_lane: dict[int, tuple[F64, F64]]) -> _Rest:
+    """The rule after sync for each gap's part ``[r0, g1]``, tried in order: no launch call (unknown),
+    the thread was loading data for at least half of it (input), the activity waited for another
+    stream's work that completed as the gap ended (dependency), it was launched before the part began or
+    held far longer than the host took to launch it (``_held``), else the host was busy."""
+    share = np.maximum(g1 - r0, 0.0)
+    call = np.where(ending >= 0, per_call(g.act_call, ending), -1)
+    lane = np.asarray(per_call(g.call_lane, call), dtype=np.int64)
+    loading = np.zeros(len(g1), dtype=np.bool_)
+    judged = (call >= 0) & (share > 0)
+    for thread in np.unique(lane[judged]).tolist():
+        in_s, in_e = input_by_lane.get(thread, intervals.NONE)
+        if len(in_s):
+            rows = np.flatnonzero(judged & (lane == thread))
+            loading[rows] = intervals.covered_in(in_s, in_e, r0[rows], g1[rows]) >= 0.5 * share[rows]
     tol = max(_BOUND_US, g.wait_tolerance_us)
-    waited = [w for w in g.act_waits[ending] if float(g.act_end[w]) >= g1 - tol]
-    if waited:
-        other = model.lanes[int(g.act_lane[waited[0]])].label
-        return _Verdict(Cause.DEPENDENCY, f"{name} waited for work on {other}", None, share)
-    issued = float(g.call_end[call] if g.act_from_return[ending] else g.call_start[call])
+    waited_for = np.full(len(g1), -1, dtype=np.int64)
+    left = np.flatnonzero((call >= 0) & ~loading)
+    for i, activity, end in zip(left.tolist(), ending[left].tolist(), g1[left].tolist(), strict=True):
+        for w in g.act_waits[activity]:
+            if float(g.act_end[w]) >= end - tol:
+                waited_for[i] = w
+                break
+    issued = np.where(
+        per_call(g.act_from_return, ending), per_call(g.call_end, call), per_call(g.call_start, call)
+    )
     delay = g1 - issued
-    if issued <= r0 or (delay > float(g.act_bound[ending]) and delay > issued - r0):
-        # launched before the gap (or early in it, then held far longer than the host took to launch)
-        return _held(model, g, ending, call, delay, name, site, share)
-    busy_with = work.busiest(lane, r0, g1) or model.name_of(launch_event)
-    return _Verdict(Cause.HOST, f"host busy in {busy_with}", site, share)
+    bound = np.asarray(per_call(g.act_bound, ending), dtype=np.float64)
+    held = (issued <= r0) | ((delay > bound) & (delay > issued - r0))
+    rule = np.where(held, _HELD, _HOST)
+    rule[waited_for >= 0] = _WAITED
+    rule[loading] = _INPUT
+    rule[call < 0] = _NO_CALL
+    launch = np.asarray(per_call(g.call_event, call), dtype=np.int64)
+    return _Rest(r0, g1, share, rule.astype(np.int8), ending, lane, launch, waited_for, delay)
 
 
-def _held(
-    model: TraceModel,
-    g: Graph,
-    ending: int,
-    call: int,
-    delay: float,
-    name: str,
-    site: CallSite | None,
-    share: float,
-) -> _Verdict:
-    """The activity was launched before the gap began: launch latency when the delay is plausible for
-    this device, else whatever held it (a collective's other ranks, a stream wait, a graph's order)."""
-    launch = model.name_of(int(g.call_event[call]))
-    if any(word in name.lower() for word in _COLLECTIVE_WORDS):
-        return _Verdict(Cause.DEPENDENCY, f"{name} (a collective) waited for the other ranks", None, share)
-    if delay <= float(g.act_bound[ending]):
-        return _Verdict(Cause.LAUNCH, f"{launch} started {delay:.0f} us before its work ran", site, share)
-    if bool(g.call_after_wait[call]):
-        detail = f"{name} launched after a stream wait: held {delay:.0f} us waiting for another stream"
-        return _Verdict(Cause.DEPENDENCY, detail, None, share)
-    if int(model.events.api[int(g.call_event[call])]) == ApiKind.GRAPH_LAUNCH:
-        return _Verdict(Cause.DEPENDENCY, f"{name} held {delay:.0f} us by its graph's own order", None, share)
-    detail = f"{name} was held {delay:.0f} us after its launch ({launch}) by something not in the trace"
-    return _Verdict(Cause.UNKNOWN, detail, site, share)
+def _verdicts(model: TraceModel, g: Graph, rest: _Rest, work: _HostWork) -> tuple[list[Cause], list[str]]:
+    """Each gap's cause after sync (from ``_rest``'s rule) and the detail that says why."""
+    strings, name = model.strings, model.events.name
+    ending_name = per_call(name, np.asarray(per_call(g.act_event, rest.ending), dtype=np.int64)).tolist()
+    launch_name = per_call(name, rest.launch).tolist()
+    busy_with = work.busiest(rest.lane, rest.r0, rest.g1, rest.rule == _HOST)
+    loader = work.busiest(rest.lane, rest.r0, rest.g1, rest.rule == _INPUT, loaders_only=True)
+    held = _held(model, g, rest)
+    causes: list[Cause] = []
+    details: list[str] = []
+    for i, (rule, ending) in enumerate(zip(rest.rule.tolist(), rest.ending.tolist(), strict=True)):
+        if rule == _HOST:
+            cause, detail = Cause.HOST, f"host busy in {busy_with[i] or strings[launch_name[i]]}"
+        elif rule == _HELD:
+            cause, detail = held[i]
+        elif rule == _INPUT:
+            cause, detail = Cause.INPUT, f"host loading data ({loader[i] or 'data loading'})"
+        elif rule == _WAITED:
+            other = model.lanes[int(g.act_lane[rest.waited_for[i]])].label
+            cause, detail = Cause.DEPENDENCY, f"{strings[ending_name[i]][:80]} waited for work on {other}"
+        elif ending >= 0:
+            cause, detail = Cause.UNKNOWN, f"{strings[ending_name[i]][:80]} has no launch call in the trace"
+        else:
+            cause, detail = Cause.UNKNOWN, "no work followed"
+        causes.append(cause)
+        details.append(detail)
+    return causes, details
+
+
+def _held(model: TraceModel, g: Graph, rest: _Rest) -> dict[int, tuple[Cause, str]]:
+    """The gaps whose activity was launched before their rest began (or held far longer than the host
+    took to launch it): launch latency when the delay is plausible for this device, else whatever held it
+    (a collective's other ranks, a stream wait, a graph's order)."""
+    rows = np.flatnonzero(rest.rule == _HELD)
+    ending, launch = rest.ending[rows], rest.launch[rows]
+    call, delay = g.act_call[ending], rest.delay[rows]
+    strings, ev = model.strings, model.events
+    columns = (
+        rows.tolist(),
+        [strings[n][:80] for n in ev.name[g.act_event[ending]].tolist()],
+        [strings[n] for n in ev.name[launch].tolist()],
+        delay.tolist(),
+        (delay <= g.act_bound[ending]).tolist(),
+        g.call_after_wait[call].tolist(),
+        (ev.api[launch] == ApiKind.GRAPH_LAUNCH).tolist(),
+    )
+    verdicts: dict[int, tuple[Cause, str]] = {}
+    for i, name, launched, held_us, plausible, after_wait, graph in zip(*columns, strict=True):
+        if any(word in name.lower() for word in _COLLECTIVE_WORDS):
+            verdicts[i] = Cause.DEPENDENCY, f"{name} (a collective) waited for the other ranks"
+        elif plausible:
+            verdicts[i] = Cause.LAUNCH, f"{launched} started {held_us:.0f} us before its work ran"
+        elif after_wait:
+            detail = f"{name} launched after a stream wait: held {held_us:.0f} us waiting for another stream"
+            verdicts[i] = Cause.DEPENDENCY, detail
+        elif graph:
+            verdicts[i] = Cause.DEPENDENCY, f"{name} held {held_us:.0f} us by its graph's own order"
+        else:
+            detail = f"{name} was held {held_us:.0f} us after its launch ({launched}) by something not in the trace"
+            verdicts[i] = Cause.UNKNOWN, detail
+    return verdicts
 
 
 _COLLECTIVE_WORDS = ("nccl", "rccl", "allreduce", "all_reduce", "allgather", "reducescatter", "c10d::")
@@ -248,6 +294,7 @@ class _HostWork:
     """Host ops and annotations per thread, sorted by start, to name what a thread was doing in a gap."""
 
     _SCAN = 256  # ops starting before the gap's end that are looked at
+    _CHUNK = 512  # gaps matched to their ops at a time (a matrix of _CHUNK x _SCAN)
 
     def __init__(self, model: TraceModel) -> None:
         self.model = model
@@ -257,29 +304,46 @@ class _HostWork:
         idx = np.flatnonzero(mask)
         idx = idx[group_order(ev.lane[idx])]  # by lane, then start (the table's order)
         lanes = ev.lane[idx]
-        # each lane's ops with their starts, split once: a lookup per gap must not touch every op
-        self.by_lane: dict[int, tuple[I64, F64, F64, npt.NDArray[np.bool_]]] = {}
+        # each lane's ops (their events, starts, ends and kinds) as contiguous columns, each led by _SCAN
+        # blanks so that the _SCAN ops before any op are one row of a sliding window; a blank starts and
+        # ends at 0, so it overlaps no window by more than 0 and is never the one named
+        blank = np.zeros(self._SCAN)
+        self.by_lane: dict[int, tuple[I64, F64, F64, Mask]] = {}
         for chunk in np.split(idx, np.flatnonzero(lanes[1:] != lanes[:-1]) + 1):
-            if len(chunk):  # the lane's ops with their starts, ends and kinds, as contiguous columns
-                annotation = ev.kind[chunk] == EventKind.ANNOTATION
-                self.by_lane[int(ev.lane[chunk[0]])] = (chunk, ev.ts[chunk], ev.end[chunk], annotation)
+            if len(chunk):
+                self.by_lane[int(ev.lane[chunk[0]])] = (
+                    np.concatenate([blank.astype(np.int64), chunk]),
+                    np.concatenate([blank, ev.ts[chunk]]),
+                    np.concatenate([blank, ev.end[chunk]]),
+                    np.concatenate([blank.astype(np.bool_), ev.kind[chunk] == EventKind.ANNOTATION]),
+                )
 
-    def busiest(self, lane: int, g0: float, g1: float, loaders_only: bool = False) -> str:
-        """The op (or, with ``loaders_only``, the annotation) of the thread that overlaps ``[g0, g1]`` the
-        most, among the ``_SCAN`` that start last before ``g1`` ("" when none overlaps it). Once per gap:
-        slices of the lane's columns, no gather."""
-        found = self.by_lane.get(lane)
-        if found is None:
-            return ""
-        idx, ts, end, annotation = found
-        k = int(ts.searchsorted(g1, side="left"))
-        lo = max(0, k - self._SCAN)
-        if lo == k:
-            return ""
-        overlap = np.minimum(end[lo:k], g1) - np.maximum(ts[lo:k], g0)
-        if loaders_only:
-            overlap[~annotation[lo:k]] = 0.0
-        best = int(overlap.argmax())
-        if overlap[best] <= 0:
-            return ""
-        return self.model.name_of(int(idx[lo + best]))
+    def busiest(self, lanes: I64, g0: F64, g1: F64, rows: Mask, loaders_only: bool = False) -> list[str]:
+        """For each gap of ``rows`` (the others get ""), the op (or, with ``loaders_only``, the
+        annotation) of its thread that overlaps ``[g0, g1]`` the most, the first of them on a tie, among
+        the ``_SCAN`` that start last before ``g1`` ("" when none overlaps it). A thread's gaps are the
+        rows of a matrix of their ``_SCAN`` ops, ``_CHUNK`` gaps at a time."""
+        names = [""] * len(g1)
+        for lane in np.unique(lanes[rows]).tolist():
+            found = self.by_lane.get(lane)
+            if found is None:
+                continue
+            idx, ts, end, annotation = found
+            window = np.lib.stride_tricks.sliding_window_view  # row k: the _SCAN ops before op k
+            ts_rows, end_rows = window(ts, self._SCAN), window(end, self._SCAN)
+            annotation_rows = window(annotation, self._SCAN)
+            mine = np.flatnonzero(rows & (lanes == lane))
+            before = ts[self._SCAN :].searchsorted(g1[mine], side="left")
+            for at in range(0, len(mine), self._CHUNK):
+                gap, k = mine[at : at + self._CHUNK], before[at : at + self._CHUNK]
+                overlap, started = end_rows[k], ts_rows[k]  # copies, computed on in place
+                np.minimum(overlap, g1[gap, None], out=overlap)
+                np.subtract(overlap, np.maximum(started, g0[gap, None], out=started), out=overlap)
+                if loaders_only:
+                    overlap[~annotation_rows[k]] = 0.0
+                best = overlap.argmax(axis=1)
+                found_op = ~(overlap[np.arange(len(k)), best] <= 0)  # not `> 0`: a NaN overlap is named
+                ops = idx[k[found_op] + best[found_op]]
+                for i, op in zip(gap[found_op].tolist(), ops.tolist(), strict=True):
+                    names[i] = self.model.name_of(op)
+        return names

@@ -12,7 +12,9 @@ import sys
 from dataclasses import dataclass
 from functools import lru_cache
 
-from analyzer.model import TraceModel
+import numpy as np
+
+from analyzer.model import I64, TraceModel
 from analyzer.names import EventKind
 from analyzer.numbers import parse_uint
 
@@ -119,12 +121,43 @@ def call_site(model: TraceModel, event: int) -> CallSite | None:
     from the legacy ``Call stack`` of the innermost op (the event itself or an enclosing one) that has
     one. When every frame is a library's, the innermost library frame (third-party before torch and the
     standard library), marked ``library``. None only when the trace has no stack above the event."""
+    return _walk(model, event, _MAX_DEPTH)
+
+
+def call_sites(model: TraceModel, events: I64) -> list[CallSite | None]:
+    """``call_site`` of each event (-1: None). Launch calls sit under a few ops that have neither a Python
+    frame nor a stack: those levels are climbed for all events at once, then one walk is made per
+    distinct event reached (with the steps it has left), not one per event."""
+    ev = model.events
+    at = np.array(events, dtype=np.int64)
+    climbed = np.zeros(len(at), dtype=np.int64)
+    rows = np.flatnonzero(at >= 0)
+    for _ in range(_MAX_DEPTH):  # a level that neither names a frame nor holds a stack changes nothing
+        here = at[rows]
+        rows = rows[(ev.kind[here] != _PYTHON) & (ev.stack[here] < 0)]
+        if not len(rows):
+            break
+        at[rows] = ev.parent[at[rows]]
+        climbed[rows] += 1
+        rows = rows[at[rows] >= 0]
+    found: dict[tuple[int, int], CallSite | None] = {}
+    sites: list[CallSite | None] = []
+    for start, steps in zip(at.tolist(), climbed.tolist(), strict=True):
+        key = (start, steps)
+        if key not in found:
+            found[key] = _walk(model, start, _MAX_DEPTH - steps)
+        sites.append(found[key])
+    return sites
+
+
+def _walk(model: TraceModel, event: int, steps: int) -> CallSite | None:
+    """``call_site`` looking at ``event`` and its enclosing events, ``steps`` of them at most."""
     ev = model.events
     kinds, parents, stacks, names, strings = ev.kind, ev.parent, ev.stack, ev.name, model.strings
     at = event
     fallback: tuple[int, CallSite] | None = None
     stack = -1
-    for _ in range(_MAX_DEPTH):  # a walk per call (gaps, syncs, views): plain values, no enum lookups
+    for _ in range(steps):  # a walk per call (gaps, syncs, views): plain values, no enum lookups
         if at < 0:
             break
         if kinds[at] == _PYTHON:

@@ -1,5 +1,5 @@
 """Call sites from legacy ``args["Call stack"]``, library-only stacks, and one finding per site
-(GIVEN / WHEN / THEN on hand-built traces)."""
+(GIVEN / WHEN / THEN on hand-built traces); the sites of many events at once equal those found one by one."""
 
 from __future__ import annotations
 
@@ -7,16 +7,20 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pytest
 from _kineto import Event, WriteTrace, document, span
 
+from analyzer import sites
 from analyzer.analysis import Analysis, analyze
-from analyzer.loader import load
+from analyzer.loader import load, load_file
 from analyzer.output import to_json
-from analyzer.sites import CallSite, call_site, stack_site
+from analyzer.sites import CallSite, call_site, call_sites, stack_site
 from analyzer.syncs import SyncKind
 
 TORCH = "/env/lib/python3.7/site-packages/torch/tensor.py(612): item"
 USER_STACK = f"{TORCH};train.py(44): <module>"
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
 LIBRARY_STACK = (
     "/env/lib/python3.10/site-packages/torch/nn/functional.py(2380): linear;"
     "/env/lib/python3.10/site-packages/vllm/attention/flashinfer.py(664): forward;"
@@ -116,3 +120,16 @@ def test_without_any_stack_the_finding_is_grouped_by_op_not_by_step(write_trace:
     assert finding.count == 4
     assert "in aten::item (no python stack)" in finding.title
     assert "ProfilerStep" not in finding.title
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3, 512])
+def test_call_sites_are_call_site_of_each_event(depth: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN traces with Python frames and a walk limited to ``depth`` events (the limit changes answers)
+    monkeypatch.setattr(sites, "_MAX_DEPTH", depth)
+    for name in ("launch_bound", "input_bound", "item_in_loop"):
+        model = load_file(SAMPLES / f"{name}.pt.trace.json.gz", use_cache=False)
+        events = np.arange(-1, len(model.events), dtype=np.int64)
+        # WHEN the sites of all events are found at once THEN each is the one found alone
+        expected = [call_site(model, e) for e in events.tolist()]
+        assert call_sites(model, events) == expected
+        assert any(site is not None for site in expected)
