@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import attrgetter
 from typing import Any
@@ -45,7 +46,8 @@ from analyzer.names import (
     event_kind,
 )
 from analyzer.numbers import parse_uint
-from analyzer.raw import EMPTY_ARGS, Batch, Document, RawArgs, RawEvent, paused_gc
+from analyzer.raw import EMPTY_ARGS, Batch, CounterSample, Document, RawArgs, RawEvent, paused_gc
+from analyzer.stream import decode_batch
 
 # event phases as small codes: 0 unknown, 1 complete ("X"), 2 instant, 3 flow, 4 metadata, 5 counter
 # (counter values are read from the batch's ``counters``, see ``analyzer.counters``)
@@ -104,20 +106,31 @@ def build_model(
     fmt: str,
     progress: Callable[[str], None] | None = None,
     max_events: int | None = None,
+    parts: Iterator[_Part] | None = None,
 ) -> TraceModel:
     """Turn a decoded document into the columnar model; malformed events are skipped and counted. More
     than ``max_events`` timed events is a ``TraceError`` as soon as the batch that passes it arrives
-    (memory grows with events, however small each is in the file)."""
+    (memory grows with events, however small each is in the file). ``parts``: the document's batches
+    made columns already (``analyzer.decode_pool``), in its order, instead of ``doc.batches``."""
     with paused_gc():  # only acyclic lists and arrays are made here; collections would just cost time
-        return _build(doc, path, fmt, progress or (lambda _msg: None), max_events)
+        return _build(doc, path, fmt, progress or (lambda _msg: None), max_events, parts)
 
 
 def _build(
-    doc: Document, path: str, fmt: str, progress: Callable[[str], None], max_events: int | None
+    doc: Document,
+    path: str,
+    fmt: str,
+    progress: Callable[[str], None],
+    max_events: int | None,
+    parts: Iterator[_Part] | None,
 ) -> TraceModel:
     acc = _Accumulator()
-    for batch in doc.batches:
-        acc.add(batch)
+    for item in doc.batches if parts is None else parts:
+        if isinstance(item, Batch):
+            acc.add(item)
+        else:
+            acc.merge(item)
+            doc.size += item.size
         progress(f"decoded {acc.timed_seen:,} events")
         if max_events is not None and acc.timed_seen > max_events:
             raise TraceError(
@@ -219,6 +232,55 @@ _DEVICE_ARGS = (
 )
 
 Parts = dict[str, list[npt.NDArray[Any]]]
+_STRING_CODES = frozenset({"cat", "name", "stack"})  # columns of codes into the interned strings
+_RAW_CODES = frozenset({"pid", "tid"})  # ... into the interned raw pid/tid values
+
+
+@dataclass
+class _Part:
+    """One batch's columns built by a fresh ``_Accumulator`` (in a worker process): codes index the
+    part's own ``strings`` and ``raw`` until ``_Accumulator.merge`` maps them."""
+
+    size: int  # elements of the batch (events of every phase)
+    strings: list[Any]
+    raw: list[Any]
+    columns: dict[str, npt.NDArray[Any]]
+    flow_columns: dict[str, npt.NDArray[Any]]
+    meta: list[RawEvent]
+    skipped: Counter[str]
+    unknown_phases: Counter[str]
+    timed_seen: int
+    memory_peaks: dict[int, tuple[int, int]]
+    counters: list[CounterSample]
+
+
+def part_of(piece: bytes | memoryview | Batch) -> _Part:
+    """A piece of ``stream_pieces`` decoded and made columns, apart from every other batch."""
+    with paused_gc():
+        batch = piece if isinstance(piece, Batch) else decode_batch(piece)
+        acc = _Accumulator()
+        acc.add(batch)
+        return _Part(
+            len(batch.events),
+            acc.strings.values(),
+            acc.raw.values(),
+            {name: values[0] for name, values in acc.parts.items()},  # one batch: one array each
+            {name: values[0] for name, values in acc.flow_parts.items()},
+            acc.meta,
+            acc.skipped,
+            acc.unknown_phases,
+            acc.timed_seen,
+            acc.memory_peaks,
+            batch.counters,
+        )
+
+
+def _mapped(codes: I64, table: I64) -> I64:
+    """A part's codes as the accumulator's (``NO_ID`` stays)."""
+    out = codes.copy()
+    known = codes != NO_ID
+    out[known] = table[codes[known]]
+    return out
 
 
 class _Accumulator:
@@ -240,7 +302,26 @@ class _Accumulator:
     def add(self, batch: Batch) -> None:
         self.skipped.update(batch.skipped)
         self.counters.add(batch.counters)
-        events = batch.events
+        self._add_events(batch.events)
+
+    def merge(self, part: _Part) -> None:
+        """Add a batch built apart (``part_of``), as ``add`` would have added it: its strings and raw
+        values are interned in the order it met them, so every code comes out the same."""
+        self.skipped.update(part.skipped)
+        self.counters.add(part.counters)
+        self.unknown_phases.update(part.unknown_phases)
+        self.meta.extend(part.meta)
+        self.timed_seen += part.timed_seen
+        for device, (reserved, allocated) in part.memory_peaks.items():
+            old = self.memory_peaks.get(device, (-1, -1))
+            self.memory_peaks[device] = (max(old[0], reserved), max(old[1], allocated))
+        strings, raw = self.strings.codes_of(part.strings), self.raw.codes_of(part.raw)
+        for target, columns in ((self.parts, part.columns), (self.flow_parts, part.flow_columns)):
+            for name, values in columns.items():
+                table = strings if name in _STRING_CODES else raw if name in _RAW_CODES else None
+                target.setdefault(name, []).append(values if table is None else _mapped(values, table))
+
+    def _add_events(self, events: list[RawEvent]) -> None:
         if not events:
             return
         phases = _take(events, "ph")

@@ -12,11 +12,12 @@ from pathlib import Path
 
 from analyzer import cache
 from analyzer.build import build_model
+from analyzer.decode_pool import parts_in_order
 from analyzer.errors import TraceError
 from analyzer.model import TraceModel, TraceSet
 from analyzer.raw import decode
 from analyzer.sidecar import embedded_sidecar, read_sidecar
-from analyzer.stream import NotStreamable, OnlyWhitespace, TooLarge, blocks, stream_document
+from analyzer.stream import NotStreamable, OnlyWhitespace, TooLarge, blocks, stream_document, stream_pieces
 
 Progress = Callable[[str], None]
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -33,17 +34,19 @@ def load(
     use_cache: bool = True,
     progress: Progress | None = None,
     max_inflated_mb: float = MAX_INFLATED_MB,
+    workers: int = 0,
 ) -> TraceSet:
     """Load every trace at ``path``. Raises ``TraceError`` (one line, names the file) when nothing usable
     is there; a folder with some bad files loads the rest and says what it skipped in ``notes``. A file
-    whose JSON (inflated, for gzip) exceeds ``max_inflated_mb`` is refused without inflating it whole."""
+    whose JSON (inflated, for gzip) exceeds ``max_inflated_mb`` is refused without inflating it whole.
+    ``workers``: processes that help decode each large file (``load_file``)."""
     p = Path(path)
     if not p.exists():
         raise TraceError(str(path), "no such file or directory")
     limit = int(max_inflated_mb * 1e6)
     if p.is_dir():
-        return _load_folder(p, use_cache, progress, limit)
-    model = load_file(p, use_cache=use_cache, progress=progress, limit=limit)
+        return _load_folder(p, use_cache, progress, limit, workers)
+    model = load_file(p, use_cache=use_cache, progress=progress, limit=limit, workers=workers)
     sidecar, problem = embedded_sidecar(p)
     return TraceSet(str(path), (model,), (problem,) if problem else (), sidecar)
 
@@ -75,7 +78,9 @@ def _files_in(folder: Path) -> list[Path]:
     return kineto or files
 
 
-def _load_folder(folder: Path, use_cache: bool, progress: Progress | None, limit: int) -> TraceSet:
+def _load_folder(
+    folder: Path, use_cache: bool, progress: Progress | None, limit: int, workers: int
+) -> TraceSet:
     files = trace_files(folder)
     if not files:
         raise TraceError(str(folder), "directory contains no trace files (*.json, *.json.gz)")
@@ -84,7 +89,7 @@ def _load_folder(folder: Path, use_cache: bool, progress: Progress | None, limit
     errors: list[TraceError] = []
     for f in files:
         try:
-            models.append(load_file(f, use_cache=use_cache, progress=progress, limit=limit))
+            models.append(load_file(f, use_cache=use_cache, progress=progress, limit=limit, workers=workers))
         except TraceError as exc:
             errors.append(exc)
             notes.append(f"skipped {exc}")
@@ -189,8 +194,11 @@ def load_file(
     use_cache: bool = True,
     progress: Progress | None = None,
     limit: int = int(MAX_INFLATED_MB * 1e6),
+    workers: int = 0,
 ) -> TraceModel:
-    """One trace file -> model, from the cache when the same content was built before."""
+    """One trace file -> model, from the cache when the same content was built before. ``workers``:
+    processes that help decode a large file (``analyzer.decode_pool``; the command line uses one where
+    there is a second core)."""
     say = progress or (lambda _msg: None)
     try:
         size = path.stat().st_size
@@ -207,7 +215,7 @@ def load_file(
     say(f"reading {path.name} ({size / 1e6:.1f} MB)")
     fmt = "json.gz" if path.name.endswith(".gz") else "json"
     streamed = size >= _STREAM_MIN_BYTES or (size >= _STREAM_MIN_GZIP_BYTES and _is_gzip(path))
-    model = _build_streaming(path, fmt, say, limit) if streamed else None
+    model = _build_streaming(path, fmt, say, limit, workers) if streamed else None
     if model is None:
         if size > limit:  # not even compressed could it fit
             raise _too_large(path, limit)
@@ -233,13 +241,17 @@ def _is_gzip(path: Path) -> bool:
         return False
 
 
-def _build_streaming(path: Path, fmt: str, say: Progress, limit: int) -> TraceModel | None:
+def _build_streaming(path: Path, fmt: str, say: Progress, limit: int, workers: int) -> TraceModel | None:
     """Build from a streamed decode; None when the file is not laid out for streaming (then the caller
     decodes it whole, which also gives the precise error for a broken file). Refuses a file past
     ``limit`` bytes of JSON, and one of whitespace only, as it streams (bounded memory)."""
     try:
-        doc = stream_document(blocks(path, _is_gzip(path), limit))
-        return build_model(doc, str(path), fmt, say, limit // EVENT_BYTES)
+        source = blocks(path, _is_gzip(path), limit)
+        if workers < 1:
+            return build_model(stream_document(source), str(path), fmt, say, limit // EVENT_BYTES)
+        doc, pieces = stream_pieces(source)
+        parts = parts_in_order(pieces, workers)
+        return build_model(doc, str(path), fmt, say, limit // EVENT_BYTES, parts)
     except TooLarge:
         raise _too_large(path, limit) from None
     except OnlyWhitespace:

@@ -92,11 +92,34 @@ def stream_document(source: Iterator[bytes]) -> Document:
     """A ``Document`` whose batches are decoded while ``source`` is read. Top-level facts (device
     properties, rank...) are filled in when the last batch has been produced."""
     doc = Document(iter(()), 0, [], {}, None, None)
-    doc.batches = _events(source, doc)
+    doc.batches = (
+        _decode(piece, doc) if isinstance(piece, memoryview) else piece for piece in _pieces(source, doc)
+    )
     return doc
 
 
-def _events(source: Iterator[bytes], doc: Document) -> Iterator[Batch]:
+def stream_pieces(source: Iterator[bytes]) -> tuple[Document, Iterator[memoryview | Batch]]:
+    """``stream_document`` without the decoding: the event list cut into pieces, each the text of a JSON
+    list of events (``decode_batch`` makes it a batch; valid only until the next piece is asked for: copy
+    it to keep it) or, for the last events, a batch already decoded. The document's ``size`` counts only
+    the decoded pieces; the caller adds the others'."""
+    doc = Document(iter(()), 0, [], {}, None, None)
+    return doc, _pieces(source, doc)
+
+
+def decode_batch(text: bytes | memoryview) -> Batch:
+    """One piece of ``stream_pieces``: its events, and its counter samples when it holds any."""
+    try:
+        events = _BATCH_DECODER.decode(text)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise NotStreamable(str(exc)) from None
+    batch = Batch(events)
+    if _holds_counters(events):
+        batch.counters = counter_samples(text, batch.skipped)
+    return batch
+
+
+def _pieces(source: Iterator[bytes], doc: Document) -> Iterator[memoryview | Batch]:
     buf = b""
     for block in source:
         if not buf:  # whitespace before the document is dropped as it streams by, never held
@@ -120,7 +143,7 @@ def _events(source: Iterator[bytes], doc: Document) -> Iterator[Batch]:
             continue
         cut = _last_cut(pending)
         if cut > 0:
-            yield _decode_prefix(pending, cut, doc)
+            yield from _prefix(pending, cut)
     last, rest = _finish(bytes(pending), doc)
     yield from last
     _top_level(head, rest, doc)
@@ -135,18 +158,15 @@ def _last_cut(text: bytearray) -> int:
             return pos
 
 
-def _decode_prefix(pending: bytearray, cut: int, doc: Document) -> Batch:
-    """Decode ``pending[:cut + 1]`` (it starts with '[') as a list, in place: the byte after the cut
-    becomes ']' for the decode and the separating ',' becomes the '[' of what remains."""
+def _prefix(pending: bytearray, cut: int) -> Iterator[memoryview]:
+    """``pending[:cut + 1]`` (it starts with '[') as a list, in place: the byte after the cut becomes ']'
+    while the piece is out and the separating ',' becomes the '[' of what remains."""
     comma = pending.index(b",", cut)
     pending[cut + 1] = ord("]")
-    with memoryview(pending) as view:
-        batch = _decode(view[: cut + 2], doc)
-        if _holds_counters(batch.events):
-            batch.counters = counter_samples(view[: cut + 2], batch.skipped)
+    with memoryview(pending) as view, view[: cut + 2] as piece:
+        yield piece
     pending[comma] = ord("[")
     del pending[:comma]
-    return batch
 
 
 def _holds_counters(events: list[RawEvent]) -> bool:
@@ -162,12 +182,9 @@ _PH, _CAT = attrgetter("ph"), attrgetter("cat")
 
 
 def _decode(text: memoryview, doc: Document) -> Batch:
-    try:
-        events = _BATCH_DECODER.decode(text)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise NotStreamable(str(exc)) from None
-    doc.size += len(events)
-    return Batch(events)
+    batch = decode_batch(text)
+    doc.size += len(batch.events)
+    return batch
 
 
 def _finish(pending: bytes, doc: Document) -> tuple[list[Batch], bytes]:
@@ -176,7 +193,8 @@ def _finish(pending: bytes, doc: Document) -> tuple[list[Batch], bytes]:
     buf = bytearray(pending)
     cut = _last_cut(buf)
     if cut > 0:
-        out.append(_decode_prefix(buf, cut, doc))
+        for piece in _prefix(buf, cut):
+            out.append(_decode(piece, doc))
     try:  # one event (or none) then ']': small, so the stdlib's prefix decoder is fine here
         text = buf.decode("utf-8")
         events, end = json.JSONDecoder().raw_decode(text)

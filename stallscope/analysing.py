@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from analyzer.analysis import Analysis, analyze
+from analyzer.decode_pool import default_workers
 from analyzer.errors import UsageError
 from analyzer.loader import MAX_INFLATED_MB, load
 from stallscope.progress import Progress
@@ -31,7 +32,13 @@ def load_and_analyse(
                 progress(message)
 
         dog.stage("loading")
-        traces = load(trace, use_cache=use_cache, progress=say, max_inflated_mb=max_inflated_mb)
+        traces = load(
+            trace,
+            use_cache=use_cache,
+            progress=say,
+            max_inflated_mb=max_inflated_mb,
+            workers=default_workers(),
+        )
         if rank is not None and rank not in traces.ranks:
             raise UsageError(f"--rank {rank}: {trace} has ranks {', '.join(map(str, traces.ranks))}")
         say("analysing")

@@ -525,8 +525,8 @@ def test_streaming_in_many_small_batches_matches(
     monkeypatch.setattr(analyzer.stream, "BATCH_BYTES", 30_000)
     monkeypatch.setattr(analyzer.loader, "_STREAM_MIN_BYTES", 0)
     cuts = []
-    real_cut = analyzer.stream._decode_prefix
-    monkeypatch.setattr(analyzer.stream, "_decode_prefix", lambda *a: cuts.append(1) or real_cut(*a))
+    real_cut = analyzer.stream._prefix
+    monkeypatch.setattr(analyzer.stream, "_prefix", lambda *a: cuts.append(1) or real_cut(*a))
     path = write_trace_file(tmp_path / name, big_document(600))
     # WHEN loaded (streaming) and decoded whole
     streamed = load_one(path, use_cache=False)
@@ -534,6 +534,124 @@ def test_streaming_in_many_small_batches_matches(
     assert len(cuts) > 10
     assert_same_model(streamed, whole_document_model(path))
     assert streamed.event_count == 4 * 600
+
+
+@pytest.fixture
+def small_pieces(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Blocks of 10 kB and batches of 30 kB (so a test trace is cut into many pieces), and the sizes of
+    the pieces sent to a decode worker (sent from this process; the worker is forked after the patches)."""
+    import analyzer.stream
+    from analyzer import decode_pool
+
+    monkeypatch.setattr(analyzer.stream, "_BLOCK", 10_000)
+    monkeypatch.setattr(analyzer.stream, "BATCH_BYTES", 30_000)
+    monkeypatch.setattr(analyzer.loader, "_STREAM_MIN_BYTES", 0)
+    sent: list[int] = []
+    send = decode_pool._Worker.send
+
+    def counted(self: Any, text: bytes) -> bool:
+        sent.append(len(text))
+        return send(self, text)
+
+    monkeypatch.setattr(decode_pool._Worker, "send", counted)
+    return sent
+
+
+needs_fork = pytest.mark.skipif(
+    not __import__("analyzer.decode_pool").decode_pool.can_fork(), reason="decode workers need fork (Linux)"
+)
+
+
+@needs_fork
+@pytest.mark.parametrize("name", ["pieces.pt.trace.json", "pieces.pt.trace.json.gz"])
+def test_a_decode_worker_builds_the_same_model(
+    tmp_path: Path, small_pieces: list[int], no_whole_document_decode: None, name: str
+) -> None:
+    # GIVEN a trace cut into many pieces
+    path = write_trace_file(tmp_path / name, big_document(2000))
+    # WHEN loaded by this process alone and with a decode worker
+    alone = load_one(path, use_cache=False)
+    helped = load_one(path, use_cache=False, workers=1)
+    # THEN the worker made some of the pieces, and every column, string, lane, step and report entry is
+    # the same (strings are interned in file order whoever decoded them)
+    assert len(small_pieces) >= 2
+    assert_same_model(helped, alone)
+    assert helped.event_count == 4 * 2000
+
+
+@needs_fork
+@pytest.mark.parametrize(
+    "name",
+    [
+        "hta_a100_nccl_2rank_rank0.pt.trace.json.gz",  # NCCL, several streams, CUDA graphs
+        "field/hta_mtia_inference_rank0.pt.trace.json.gz",  # device-side calls
+        "field/hta_a100_cupti_range_profiler.pt.trace.json.gz",  # counters (profiler ranges)
+        "field/kineto_v100_resnet50_nw4.pt.trace.json.gz",  # DataLoader workers
+        "tracelens_h100_bert_small_pystack.pt.trace.json.gz",  # python stacks, memory events
+    ],
+)
+def test_a_decode_worker_builds_the_same_model_of_real_traces(
+    shared_traces: Path, small_pieces: list[int], name: str
+) -> None:
+    path = shared_traces / name
+    alone = load_one(path, use_cache=False)
+    helped = load_one(path, use_cache=False, workers=1)
+    assert small_pieces
+    assert_same_model(helped, alone)
+    assert helped.counters.series == alone.counters.series
+    for column in ("sample_series", "ts", "value"):
+        np.testing.assert_array_equal(getattr(helped.counters, column), getattr(alone.counters, column))
+    assert helped.devices == alone.devices  # memory peaks included
+
+
+@needs_fork
+def test_a_decode_worker_that_dies_leaves_the_file_to_this_process(
+    tmp_path: Path, small_pieces: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a decode worker that dies on its first piece
+    import os
+
+    import analyzer.build
+
+    parent = os.getpid()
+    real = analyzer.build.decode_batch
+
+    def dies_in_the_worker(piece: Any) -> Any:
+        if os.getpid() != parent:
+            os._exit(3)
+        return real(piece)
+
+    monkeypatch.setattr(analyzer.build, "decode_batch", dies_in_the_worker)
+    path = write_trace_file(tmp_path / "dies.pt.trace.json", big_document(300))
+    # WHEN loaded with it
+    helped = load_one(path, use_cache=False, workers=1)
+    # THEN this process made every piece, and the model is whole
+    assert small_pieces
+    assert_same_model(helped, load_one(path, use_cache=False))
+
+
+@needs_fork
+def test_a_bad_piece_decoded_by_a_worker_falls_back_like_one_decoded_here(
+    tmp_path: Path, small_pieces: list[int]
+) -> None:
+    # GIVEN a trace with a string timestamp in a later piece (the streaming decoder refuses it)
+    path = write_trace_file(tmp_path / "bad.pt.trace.json", big_document(600, bad_ts_at=500))
+    # WHEN loaded with a decode worker
+    m = load_one(path, use_cache=False, workers=1)
+    # THEN the whole-document decode took over, as without the worker: the bad event is counted
+    assert small_pieces
+    assert m.report.skipped == {"ts: not a number (str)": 1}
+    assert m.event_count == 4 * 600
+
+
+@pytest.mark.parametrize(("value", "expected"), [("0", 0), ("2", 2), ("-1", 0), ("many", 0)])
+def test_decode_workers_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, value: str, expected: int
+) -> None:
+    from analyzer.decode_pool import default_workers
+
+    monkeypatch.setenv("STALLSCOPE_DECODE_WORKERS", value)
+    assert default_workers() == expected
 
 
 def test_large_file_with_a_bad_event_falls_back_and_counts_it(tmp_path: Path) -> None:
