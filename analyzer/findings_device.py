@@ -19,7 +19,7 @@ from analyzer.findings import Finding, Severity, severity, sync_where
 from analyzer.inputs import input_intervals, main_thread
 from analyzer.model import Device
 from analyzer.names import EventKind
-from analyzer.replay import Costs, Scenario, make_frame, replay
+from analyzer.replay import Costs, Scenario, make_frame, replay_ends
 from analyzer.syncs import Sync, SyncKind
 
 if TYPE_CHECKING:
@@ -86,8 +86,8 @@ def _saving_without(a: Analysis, calls: frozenset[int]) -> float:
     frame = make_frame(
         g, a.window.start_us, a.window.end_us, main_thread(a.model, g), input_intervals(a.model)
     )
-    base = replay(g, frame, Costs()).end_us
-    return max(base - replay(g, frame, Costs(no_wait=calls)).end_us, 0.0)
+    base, without = replay_ends(g, frame, [Costs(), Costs(no_wait=calls)])
+    return max(base - without, 0.0)
 
 
 # ----- tensor cores ------------------------------------------------------------------------------------

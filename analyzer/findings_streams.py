@@ -22,7 +22,7 @@ from analyzer.inputs import input_intervals, main_thread
 from analyzer.model import F64, I64, Mask, TraceModel
 from analyzer.names import ApiKind, EventKind, memcpy_is_async
 from analyzer.numbers import ratio
-from analyzer.replay import Costs, make_frame, replay
+from analyzer.replay import Costs, make_frame, replay_ends
 from analyzer.sites import CallSite, call_site
 
 if TYPE_CHECKING:
@@ -186,8 +186,9 @@ def _saving_without(a: Analysis, g: Graph, acts: I64) -> float:
         if frame.act_in[i]:
             dur[i] = 0.0
     hidden = replace(frame, lists={**frame.lists, "a_dur": dur})
-    base = replay(g, frame, Costs()).end_us
-    return max(base - replay(g, hidden, Costs()).end_us, 0.0)
+    (base,) = replay_ends(g, frame, [Costs()])
+    (without,) = replay_ends(g, hidden, [Costs()])
+    return max(base - without, 0.0)
 
 
 # ----- streams_never_overlapped ------------------------------------------------------------------------

@@ -4,12 +4,19 @@ Each host call starts its recorded gap after the previous call on its thread end
 the latest of its launch (plus latency), the end of the previous activity on its stream and the events it
 waits for; each blocking call returns when what it waits for has finished. Changes apply inside the window
 only, so the replay of the unchanged graph reproduces the recorded times (a check the tests run).
+
+Several scenarios are replayed in one pass over the graph (``replay_many``; ``replay_ends`` when only the
+predicted ends are wanted, as for the what-if): each does the float operations of its own replay, in the
+same order, so its times are the ones it gets alone, bit for bit. Chains of calls that only follow one
+another on their thread are re-timed in one go (numpy adds them up in order), and plain activities take a
+short path. ``tests/_replay_reference.py`` keeps the replay of one scenario, one step at a time, that the
+tests hold this to.
 """
 
 from __future__ import annotations
 
 from array import array
-from collections.abc import MutableSequence, Sequence
+from collections.abc import Callable, MutableSequence, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -45,12 +52,13 @@ class Costs:
 
 @dataclass(frozen=True)
 class Frame:
-    """What every replay of one graph shares: the processing order, the window, what the window's end is
-    measured on, and each gap's time inside data loading. Built once, replayed many times."""
+    """What every replay of one graph shares: the processing order (with the chains of calls re-timed
+    together), the window, what the window's end is measured on, and each gap's time inside data loading.
+    Built once, replayed many times."""
 
     start_us: float
     end_us: float
-    agenda_kind: npt.NDArray[np.int8]  # processing order: 0 call start | 1 blocking call end | 2 activity
+    agenda_kind: npt.NDArray[np.int8]  # processing order: CALL, END, ACT or PLAIN_ACT (``_agenda``)
     agenda_index: I64  # ... and the call or activity index of each step
     call_in: list[bool]
     act_in: list[bool]
@@ -63,6 +71,7 @@ class Frame:
     tail_dep_gap: float  # from that call's end to the window end
     window_acts: np.ndarray  # activities launched inside the window (their end bounds the makespan)
     act_wait_offset: list[tuple[tuple[int, float], ...]]
+    chains: dict[int, int]  # call -> end of the chain of calls after it (``_agenda``)
     lists: dict[
         str, Any
     ]  # the graph's columns as Python sequences (``_sequence``), made once for every replay
@@ -90,14 +99,7 @@ def make_frame(
     main_lane: int,
     input_by_lane: dict[int, tuple[F64, F64]],
 ) -> Frame:
-    keys = np.concatenate([g.call_start, g.call_end[g.call_blocking != Blocking.NO], g.act_start])
-    blocking = np.flatnonzero(g.call_blocking != Blocking.NO)
-    kind = np.concatenate(
-        [np.zeros(g.calls, np.int8), np.ones(len(blocking), np.int8), np.full(g.activities, 2, np.int8)]
-    )
-    rank = np.array([0, 2, 1], dtype=np.int8)[kind]  # at one instant: call starts, activities, blocking ends
-    index = np.concatenate([np.arange(g.calls), blocking, np.arange(g.activities)]).astype(np.int64)
-    order = np.lexsort((rank, keys))
+    kind, index, chains = _agenda(g)
     gap_start = g.call_start - g.call_gap
     gap_input = np.zeros(g.calls)
     for lane, (s, e) in input_by_lane.items():
@@ -120,8 +122,8 @@ def make_frame(
     return Frame(
         start_us=start_us,
         end_us=end_us,
-        agenda_kind=kind[order],
-        agenda_index=index[order],
+        agenda_kind=kind,
+        agenda_index=index,
         call_in=(g.call_start >= start_us).tolist(),
         act_in=(issued >= start_us).tolist(),
         gap_input=_sequence(gap_input, g.calls + g.activities),
@@ -133,6 +135,7 @@ def make_frame(
         tail_dep_gap=tail_dep_gap,
         window_acts=window_acts,
         act_wait_offset=offsets,
+        chains=chains,
         loads_data=bool(tail_input > 0 or (gap_input > 0).any()),
         lists=_columns(
             g,
@@ -163,6 +166,59 @@ def make_frame(
             },
         ),
     )
+
+
+#: agenda steps (``Frame.agenda_kind``): a call's start, a blocking call's end, an activity, and a plain
+#: activity, which needs none of the general step's cases: launched by a call (not at the call's return),
+#: after another activity on its stream, waiting for no event
+CALL, END, ACT, PLAIN_ACT = 0, 1, 2, 3
+
+
+def _agenda(g: Graph) -> tuple[npt.NDArray[np.int8], I64, dict[int, int]]:
+    """The replay's steps in recorded time order (their kinds and call or activity indices), and the
+    chains of calls re-timed in one go instead of a step each.
+
+    A chain follows a call on its thread: calls that do not block, whose predecessor does not block, with
+    no wait for another thread, so each starts its gap after the one before it ended, whatever the
+    scenario. ``chains[h] = stop``: calls ``h + 1`` to ``stop - 1`` are re-timed right after call ``h``.
+    A call that something reads before its own step (an activity it launched recorded earlier, or a call
+    waiting for it at the same instant) keeps its step, where that read finds it not re-timed yet."""
+    blocks = g.call_blocking != Blocking.NO
+    blocking = np.flatnonzero(blocks)
+    keys = np.concatenate([g.call_start, g.call_end[blocks], g.act_start])
+    kind = np.concatenate(
+        [
+            np.full(g.calls, CALL, np.int8),
+            np.full(len(blocking), END, np.int8),
+            np.full(g.activities, ACT, np.int8),
+        ]
+    )
+    rank = np.array([0, 2, 1], dtype=np.int8)[kind]  # at one instant: call starts, activities, blocking ends
+    index = np.concatenate([np.arange(g.calls), blocking, np.arange(g.activities)]).astype(np.int64)
+    order = np.lexsort((rank, keys))
+    position = np.empty(len(order), np.int64)
+    position[order] = np.arange(len(order))
+    call_at, act_at = position[: g.calls], position[g.calls + len(blocking) :]
+    prev, dep, launcher = g.call_prev, g.call_dep, g.act_call
+    read_early = np.zeros(g.calls, np.bool_)
+    launched, waiting = np.flatnonzero(launcher >= 0), np.flatnonzero(dep >= 0)
+    read_early[launcher[launched][act_at[launched] < call_at[launcher[launched]]]] = True
+    read_early[dep[waiting][call_at[waiting] < call_at[dep[waiting]]]] = True
+    chained = (
+        (prev >= 0)
+        & (prev == np.arange(g.calls) - 1)
+        & (dep < 0)
+        & ~blocks
+        & ~blocks[np.maximum(prev, 0)]
+        & ~read_early
+    )
+    edges = np.diff(np.concatenate([[0], chained.astype(np.int8), [0]]))
+    heads, stops = np.flatnonzero(edges == 1) - 1, np.flatnonzero(edges == -1)
+    chains = dict(zip(heads.tolist(), stops.tolist(), strict=True))
+    plain_act = (launcher >= 0) & ~g.act_from_return & (g.act_prev >= 0) & ~has_waits(g.act_waits)
+    kind[g.calls + len(blocking) :][plain_act] = PLAIN_ACT
+    steps = order[~np.concatenate([chained, np.zeros(len(order) - g.calls, np.bool_)])[order]]
+    return kind[steps], index[steps], chains
 
 
 _ARRAYS_FROM = 1_000_000  # graph nodes from which the replay's numbers are kept as C arrays
@@ -215,101 +271,55 @@ def recorded_end(g: Graph, f: Frame) -> float:
 def replay(g: Graph, f: Frame, costs: Costs) -> Replay:
     """Re-time the graph with ``costs``. One pass over the agenda in recorded time order (a topological
     order: every edge goes forward in time)."""
-    n_calls, n_acts = g.calls, g.activities
-    L = f.lists
-    prev, gap, own, ret, blocking = L["prev"], L["gap"], L["own"], L["ret"], L["blocking"]
-    lanes, c_start, dep, dep_gap = L["lanes"], L["c_start"], L["dep"], L["dep_gap"]
-    a_call, a_prev, a_lat, a_gap, a_hold = L["a_call"], L["a_prev"], L["a_lat"], L["a_gap"], L["a_hold"]
-    a_start, a_end, a_dur = L["a_start"], L["a_end"], L["a_dur"]
-    waits = g.call_waits
-    anchor = g.thread_anchor
-    from_return = L["from_return"]
-    hs, ds, ins, ls = costs.host_scale, costs.device_scale, costs.input_scale, costs.launch_scale
-    no_wait = costs.no_wait
-    call_in, act_in, gap_input, offsets = f.call_in, f.act_in, f.gap_input, f.act_wait_offset
-    big = n_calls + n_acts >= _ARRAYS_FROM  # the same choice as the frame's columns (``_sequence``)
-    nan = float("nan")
-    new_cs, new_ce = _filled(nan, n_calls, big), _filled(nan, n_calls, big)
-    new_as, new_ae = _filled(0.0, n_acts, big), _filled(nan, n_acts, big)
+    return replay_many(g, f, [costs])[0]
 
-    def end_of(i: int) -> float:
-        value = new_ce[i]
-        if value == value:  # computed already
-            return value
-        mine = own[i] * hs if call_in[i] else own[i]
-        done: float = max(
-            (new_ae[a] if new_ae[a] == new_ae[a] else a_end[a] for a in waits[i]), default=-1e300
+
+def replay_many(g: Graph, f: Frame, costs: Sequence[Costs]) -> list[Replay]:
+    """``replay`` for each of ``costs``, in one pass over the agenda: each result is the one ``replay``
+    gives (every scenario does the same float operations in the same order)."""
+    out = []
+    for run in _walk(g, f, costs):
+        ce = np.array(run.call_end)
+        for i in np.flatnonzero(np.isnan(ce)).tolist():
+            ce[i] = run.end_of(i)
+        end = _predicted_end(f, ce, run.act_end, run.costs)
+        out.append(
+            Replay(
+                run.costs, np.array(run.call_start), ce, np.array(run.act_start), np.array(run.act_end), end
+            )
         )
-        value = float(max(new_cs[i] + mine, done + ret[i]))
-        new_ce[i] = value
-        return value
-
-    for lo in range(0, len(f.agenda_kind), _CHUNK):  # converted a chunk at a time: no tuple per step kept
-        kinds, index = f.agenda_kind[lo : lo + _CHUNK].tolist(), f.agenda_index[lo : lo + _CHUNK].tolist()
-        for kind, i in zip(kinds, index, strict=True):
-            # comparisons rather than max(): this loop runs once per call and activity of the trace
-            if kind == 0:
-                inside = call_in[i]
-                p = prev[i]
-                if p >= 0:
-                    base = new_ce[p]
-                    if base != base:  # a blocking call whose end was not processed yet
-                        base = end_of(p)
-                else:
-                    base = anchor.get(lanes[i], c_start[i] - gap[i])
-                gi = gap[i]
-                if inside:
-                    gi = (gi - gap_input[i]) * hs + gap_input[i] * hs * ins
-                s = base + gi
-                d = dep[i]
-                if d >= 0:  # the stretch before this call waited for another thread (or the thread began)
-                    done = new_ce[d]
-                    if done != done:
-                        done = end_of(d)
-                    after = done + (dep_gap[i] * hs if inside else dep_gap[i])
-                    if p < 0 or after > s:
-                        s = after
-                new_cs[i] = s
-                if not blocking[i] or i in no_wait:
-                    new_ce[i] = s + (own[i] * hs if inside else own[i])
-            elif kind == 1:
-                end_of(i)
-            else:
-                inside = act_in[i]
-                c = a_call[i]
-                if c < 0:
-                    s = a_start[i]
-                else:
-                    hold = a_hold[i]
-                    lat = (a_lat[i] - hold) * ls + hold if inside else a_lat[i]
-                    s = (end_of(c) if from_return[i] else new_cs[c]) + lat
-                    if s != s:  # launch recorded after its activity started (clock skew): the recorded start
-                        s = a_start[i]
-                p = a_prev[i]
-                if p >= 0:
-                    after = new_ae[p] + a_gap[i]
-                    if after > s:
-                        s = after
-                waited = offsets[i]
-                if waited:
-                    for a, off in waited:
-                        after = new_ae[a] + off
-                        if after > s:
-                            s = after
-                new_as[i] = s
-                new_ae[i] = s + (a_dur[i] * ds if inside else a_dur[i])
-    ce = np.array(new_ce)
-    for i in np.flatnonzero(np.isnan(ce)).tolist():
-        ce[i] = end_of(i)
-    return Replay(
-        costs, np.array(new_cs), ce, np.array(new_as), np.array(new_ae), _predicted_end(f, ce, new_ae, costs)
-    )
+    return out
 
 
+def replay_ends(g: Graph, f: Frame, costs: Sequence[Costs]) -> list[float]:
+    """The predicted end (``Replay.end_us``) of each of ``costs``: ``replay_many`` without the per-node
+    results. A graph of ``_ARRAYS_FROM`` nodes or more is replayed ``_GROUP`` scenarios at a time, so
+    that the times held at once stay within a few single replays' worth."""
+    group = _GROUP if g.calls + g.activities >= _ARRAYS_FROM else max(len(costs), 1)
+    ends = []
+    for lo in range(0, len(costs), group):
+        for run in _walk(g, f, costs[lo : lo + group]):
+            ce = run.call_end
+            for i in (f.tail_call, f.tail_dep):  # the only call ends the prediction reads
+                if i >= 0 and ce[i] != ce[i]:
+                    ce[i] = run.end_of(i)
+            ends.append(_predicted_end(f, ce, run.act_end, run.costs))
+    return ends
+
+
+_GROUP = 2  # scenarios per pass on large graphs (``replay_ends``)
 _CHUNK = 1 << 16  # agenda steps converted to Python numbers at a time
+_LONG_CHAIN = 16  # calls from which a chain is summed by numpy rather than one at a time
 
 
-def _predicted_end(f: Frame, call_end: F64, act_end: Sequence[float], costs: Costs) -> float:
+def _store(out: MutableSequence[float], lo: int, values: F64) -> None:
+    """``out[lo : lo + len(values)] = values`` for a list or a C array of doubles (``_filled``)."""
+    out[lo : lo + len(values)] = array("d", values.tobytes()) if isinstance(out, array) else values.tolist()
+
+
+def _predicted_end(
+    f: Frame, call_end: Sequence[float] | F64, act_end: Sequence[float], costs: Costs
+) -> float:
     host = f.end_us
     if f.tail_call >= 0:
         tail = (
@@ -320,3 +330,191 @@ def _predicted_end(f: Frame, call_end: F64, act_end: Sequence[float], costs: Cos
             host = max(host, float(call_end[f.tail_dep]) + f.tail_dep_gap * costs.host_scale)
     device = float(np.max(np.asarray(act_end)[f.window_acts])) if len(f.window_acts) else host
     return float(max(host, device))
+
+
+class _Run:
+    """One scenario's times during a pass, and its cost of each node: the frame's columns with the
+    scenario's scales applied (scenarios that scale a column alike share it)."""
+
+    def __init__(self, g: Graph, f: Frame, costs: Costs, columns: _Scaled) -> None:
+        big = g.calls + g.activities >= _ARRAYS_FROM  # the same choice as the frame's columns
+        nan = float("nan")
+        self.costs = costs
+        self.call_start, self.call_end = _filled(nan, g.calls, big), _filled(nan, g.calls, big)
+        self.act_start, self.act_end = _filled(0.0, g.activities, big), _filled(nan, g.activities, big)
+        self.gap, self._gap_values = columns.gap(costs.host_scale, costs.input_scale)  # before each call
+        self.own, self._own_values = columns.own(costs.host_scale)  # each call's own time
+        self.latency = columns.latency(costs.launch_scale)[0]
+        self.duration = columns.duration(costs.device_scale)[0]
+        self._lists, self._anchor = f.lists, g.thread_anchor
+        self._call_in, self._offsets = f.call_in, f.act_wait_offset
+        self._waits, self._a_end, self._ret = g.call_waits, f.lists["a_end"], f.lists["ret"]
+
+    def end_of(self, i: int) -> float:
+        """Call ``i``'s end, computed the first time it is asked for (a blocking call's end is asked for
+        before its own step when a later call or activity at the same instant needs it)."""
+        value = self.call_end[i]
+        if value == value:  # computed already
+            return value
+        ae, a_end = self.act_end, self._a_end
+        done: float = max((ae[a] if ae[a] == ae[a] else a_end[a] for a in self._waits[i]), default=-1e300)
+        value = float(max(self.call_start[i] + self.own[i], done + self._ret[i]))
+        self.call_end[i] = value
+        return value
+
+    def chain(self, lo: int, hi: int) -> None:
+        """Calls ``lo`` to ``hi - 1``, a chain after call ``lo - 1`` (``_agenda``): each starts its gap
+        after the one before it ended. A long chain is summed by numpy, whose ``add.accumulate`` adds
+        in order, one after the other, as the loop does."""
+        cs, ce = self.call_start, self.call_end
+        if hi - lo < _LONG_CHAIN:
+            gap, own, end = self.gap, self.own, ce[lo - 1]
+            for j in range(lo, hi):
+                s = end + gap[j]
+                cs[j] = s
+                end = s + own[j]
+                ce[j] = end
+            return
+        steps = np.empty(2 * (hi - lo) + 1)
+        steps[0] = ce[lo - 1]
+        steps[1::2] = self._gap_values[lo:hi]
+        steps[2::2] = self._own_values[lo:hi]
+        times = np.add.accumulate(steps)
+        _store(cs, lo, times[1::2])
+        _store(ce, lo, times[2::2])
+
+    def call(self, i: int) -> None:
+        """Call ``i``'s start, and its end unless it blocks (a blocking call that no longer waits ends
+        after its own time)."""
+        L, ce = self._lists, self.call_end
+        p = L["prev"][i]
+        if p >= 0:
+            base = ce[p]
+            if base != base:  # a blocking call whose end was not processed yet
+                base = self.end_of(p)
+        else:
+            base = self._anchor.get(L["lanes"][i], L["c_start"][i] - L["gap"][i])
+        s = base + self.gap[i]
+        d = L["dep"][i]
+        if d >= 0:  # the stretch before this call waited for another thread (or the thread began)
+            done = ce[d]
+            if done != done:
+                done = self.end_of(d)
+            dep_gap = L["dep_gap"][i]
+            after = done + (dep_gap * self.costs.host_scale if self._call_in[i] else dep_gap)
+            if p < 0 or after > s:
+                s = after
+        self.call_start[i] = s
+        if not L["blocking"][i] or i in self.costs.no_wait:
+            ce[i] = s + self.own[i]
+
+    def activity(self, i: int) -> None:
+        """Activity ``i``'s start and end."""
+        L, ae = self._lists, self.act_end
+        c = L["a_call"][i]
+        if c < 0:
+            s = L["a_start"][i]
+        else:
+            s = (self.end_of(c) if L["from_return"][i] else self.call_start[c]) + self.latency[i]
+            if s != s:  # launch recorded after its activity started (clock skew): the recorded start
+                s = L["a_start"][i]
+        p = L["a_prev"][i]
+        if p >= 0:
+            after = ae[p] + L["a_gap"][i]
+            if after > s:
+                s = after
+        for a, off in self._offsets[i]:
+            after = ae[a] + off
+            if after > s:
+                s = after
+        self.act_start[i] = s
+        ae[i] = s + self.duration[i]
+
+
+class _Scaled:
+    """The frame's cost columns scaled for scenarios, per node inside the window: each distinct scaling
+    computed once with numpy (the float operations of the per-node formula, in its order), and a result
+    equal bit for bit to the frame's column shared with the frame instead of copied."""
+
+    def __init__(self, f: Frame, nodes: int) -> None:
+        self._f, self._nodes = f, nodes
+        self._done: dict[tuple[str, float, float], tuple[Sequence[float], F64]] = {}
+        self._arrays: dict[str, npt.NDArray[Any]] = {}
+
+    def gap(self, host: float, loading: float) -> tuple[Sequence[float], F64]:
+        part = self._array("gap_input")  # the part of each gap inside data loading
+        return self._get(
+            ("gap", host, loading), "call_in", lambda gap: (gap - part) * host + part * host * loading
+        )
+
+    def own(self, host: float) -> tuple[Sequence[float], F64]:
+        return self._get(("own", host, 1.0), "call_in", lambda own: own * host)
+
+    def latency(self, launch: float) -> tuple[Sequence[float], F64]:
+        hold = self._array("a_hold")  # launch delay no speed-up shortens
+        return self._get(("a_lat", launch, 1.0), "act_in", lambda lat: (lat - hold) * launch + hold)
+
+    def duration(self, device: float) -> tuple[Sequence[float], F64]:
+        return self._get(("a_dur", device, 1.0), "act_in", lambda dur: dur * device)
+
+    def _get(
+        self, key: tuple[str, float, float], inside: str, scale: Callable[[F64], F64]
+    ) -> tuple[Sequence[float], F64]:
+        """The column scaled by ``scale`` inside the window, for the loop and as numpy values."""
+        if key not in self._done:
+            raw = self._array(key[0])
+            values = np.where(self._array(inside), scale(raw), raw)
+            same = np.array_equal(values.view(np.int64), raw.view(np.int64))
+            self._done[key] = (
+                (self._f.lists[key[0]], raw) if same else (_sequence(values, self._nodes), values)
+            )
+        return self._done[key]
+
+    def _array(self, name: str) -> npt.NDArray[Any]:
+        """A frame column as numpy (a view of a C array, a copy of a list), converted once."""
+        if name not in self._arrays:
+            f = self._f
+            column = {"gap_input": f.gap_input, "call_in": f.call_in, "act_in": f.act_in}.get(name)
+            self._arrays[name] = np.asarray(f.lists[name] if column is None else column)
+        return self._arrays[name]
+
+
+def _walk(g: Graph, f: Frame, costs: Sequence[Costs]) -> list[_Run]:
+    """Re-time the graph under each of ``costs`` in one pass over the agenda in recorded time order (a
+    topological order: every edge goes forward in time). What the scenarios share (which node, its
+    predecessors, its kind) is read once per step; each scenario then does the float operations its own
+    pass would, in the same order. Plain steps, most of a trace, take a short path inline."""
+    scaled = _Scaled(f, g.calls + g.activities)
+    runs = [_Run(g, f, c, scaled) for c in costs]
+    L = f.lists
+    a_call, a_prev, a_gap, a_start = L["a_call"], L["a_prev"], L["a_gap"], L["a_start"]
+    chains = f.chains
+    acts = [(r.call_start, r.act_start, r.act_end, r.latency, r.duration) for r in runs]
+    for lo in range(0, len(f.agenda_kind), _CHUNK):  # converted a chunk at a time: no tuple per step kept
+        kinds, index = f.agenda_kind[lo : lo + _CHUNK].tolist(), f.agenda_index[lo : lo + _CHUNK].tolist()
+        for kind, i in zip(kinds, index, strict=True):
+            # one loop per scenario with no calls: this runs once per call and activity of the trace
+            if kind == PLAIN_ACT:
+                c, p, queued = a_call[i], a_prev[i], a_gap[i]
+                for cs, as_, ae, lat, dur in acts:
+                    s = cs[c] + lat[i]
+                    if s != s:  # the launch not re-timed (yet): the recorded start
+                        s = a_start[i]
+                    after = ae[p] + queued
+                    if after > s:
+                        s = after
+                    as_[i] = s
+                    ae[i] = s + dur[i]
+            elif kind == CALL:
+                stop = chains.get(i, 0)
+                for run in runs:
+                    run.call(i)
+                    if stop:
+                        run.chain(i + 1, stop)
+            elif kind == ACT:
+                for run in runs:
+                    run.activity(i)
+            else:
+                for run in runs:
+                    run.end_of(i)
+    return runs

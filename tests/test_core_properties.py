@@ -1,6 +1,7 @@
 """Property tests of the analyzer core on random builder traces (hypothesis): the critical path tiles the
 window, gaps and busy time partition it, the unchanged replay reproduces the trace, cheaper costs never make
-a replay slower, and every graph edge goes forward in time."""
+a replay slower, scenarios replayed in one pass are each their own replay, and every graph edge goes forward
+in time."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _replay_reference import reference_replay, same_bits
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,7 +21,7 @@ from analyzer import intervals, load
 from analyzer.analysis import Analysis, Options, analyze, busy_intervals
 from analyzer.graph_check import check_graph
 from analyzer.inputs import input_intervals, main_thread
-from analyzer.replay import Costs, make_frame, recorded_end, replay
+from analyzer.replay import Costs, make_frame, recorded_end, replay, replay_ends, replay_many
 from collector.scenario import Scenario
 
 SYNCS = ("none", "device", "stream", "item", "pageable", "event")
@@ -176,6 +178,35 @@ def test_replay_is_exact_unchanged_and_monotone_in_costs(
         Costs(device_scale=device_scale, host_scale=host_scale, input_scale=input_scale, no_wait=blocking),
     ):
         assert replay(g, f, costs).end_us <= base.end_us + 1e-6, costs
+
+
+@PROPERTY
+@given(
+    steps=steps_strategy,
+    final_sync=st.booleans(),
+    scales=st.lists(st.tuples(*[st.floats(0.0, 2.0)] * 3, st.sampled_from([0.0, 1.0, 2.0])), max_size=3),
+    data=st.data(),
+)
+def test_scenarios_replayed_in_one_pass_are_each_their_own_replay(
+    steps: list[Step], final_sync: bool, scales: list[tuple[float, float, float, float]], data: st.DataObject
+) -> None:
+    # GIVEN a random builder trace and random scenarios: scales, and blocking calls that no longer wait
+    a = analysed(build(steps, final_sync))
+    g = a.graph
+    assert g is not None
+    f = make_frame(g, a.window.start_us, a.window.end_us, main_thread(a.model, g), input_intervals(a.model))
+    waits = np.flatnonzero(g.call_blocking != 0).tolist()
+    costs = [Costs()] + [
+        Costs(d, h, i, launch, frozenset(data.draw(st.sets(st.sampled_from(waits))) if waits else ()))
+        for d, h, launch, i in scales
+    ]
+    # WHEN replayed together THEN each scenario's times are those of its replay alone, step by step
+    for r, end, c in zip(replay_many(g, f, costs), replay_ends(g, f, costs), costs, strict=True):
+        want = reference_replay(g, f, c)
+        got = [*r.call_start, *r.call_end, *r.act_start, *r.act_end, r.end_us, end]
+        assert same_bits(
+            got, [*want.call_start, *want.call_end, *want.act_start, *want.act_end, want.end_us, want.end_us]
+        )
 
 
 @settings(max_examples=200, deadline=None)
