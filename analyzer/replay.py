@@ -16,7 +16,7 @@ tests hold this to.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable, MutableSequence, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -72,9 +72,7 @@ class Frame:
     window_acts: np.ndarray  # activities launched inside the window (their end bounds the makespan)
     act_wait_offset: list[tuple[tuple[int, float], ...]]
     chains: dict[int, int]  # call -> end of the chain of calls after it (``_agenda``)
-    lists: dict[
-        str, Any
-    ]  # the graph's columns as Python sequences (``_sequence``), made once for every replay
+    lists: dict[str, Any]  # the graph's columns for the replay's loop (``_sequence``), made once
     loads_data: bool = False  # whether any host gap (or the tail) holds data loading
 
     @property
@@ -126,7 +124,7 @@ def make_frame(
         agenda_index=index,
         call_in=(g.call_start >= start_us).tolist(),
         act_in=(issued >= start_us).tolist(),
-        gap_input=_sequence(gap_input, g.calls + g.activities),
+        gap_input=_sequence(gap_input),
         main_lane=main_lane,
         tail_call=tail_call,
         tail_gap=tail_gap,
@@ -138,7 +136,6 @@ def make_frame(
         chains=chains,
         loads_data=bool(tail_input > 0 or (gap_input > 0).any()),
         lists=_columns(
-            g,
             {
                 "prev": g.call_prev,
                 "gap": g.call_gap,
@@ -221,15 +218,12 @@ def _agenda(g: Graph) -> tuple[npt.NDArray[np.int8], I64, dict[int, int]]:
     return kind[steps], index[steps], chains
 
 
-_ARRAYS_FROM = 1_000_000  # graph nodes from which the replay's numbers are kept as C arrays
-
-
-def _sequence(values: npt.NDArray[Any], nodes: int) -> Any:
-    """``values`` for the replay's loop, indexed one at a time: a Python list (fastest to index), or for
-    graphs of ``_ARRAYS_FROM`` nodes and more, numbers as an ``array.array`` (8 bytes a value where a list
-    of floats takes 32: about 0.5 GB less at 10M events, for a replay about 20% slower). Flags stay lists
-    (``True`` and ``False`` are shared objects)."""
-    if nodes < _ARRAYS_FROM or values.dtype == np.bool_:
+def _sequence(values: npt.NDArray[Any]) -> Any:
+    """``values`` for the replay's loop, indexed one at a time: numbers as an ``array.array`` (8 bytes a
+    value where a list of floats takes 32; with several scenarios in one pass, lists of floats made the
+    what-if the analysis's peak, +95 MB at 1M events, and were slower to fill), flags as a list (``True``
+    and ``False`` are shared objects)."""
+    if values.dtype == np.bool_:
         return values.tolist()
     typecode = "d" if values.dtype.kind == "f" else "q"
     out = array(typecode)
@@ -237,13 +231,12 @@ def _sequence(values: npt.NDArray[Any], nodes: int) -> Any:
     return out
 
 
-def _filled(value: float, n: int, big: bool) -> MutableSequence[float]:
-    return array("d", [value]) * n if big else [value] * n
+def _filled(value: float, n: int) -> array[float]:
+    return array("d", [value]) * n
 
 
-def _columns(g: Graph, columns: dict[str, npt.NDArray[Any]]) -> dict[str, Any]:
-    nodes = g.calls + g.activities
-    return {name: _sequence(values, nodes) for name, values in columns.items()}
+def _columns(columns: dict[str, npt.NDArray[Any]]) -> dict[str, Any]:
+    return {name: _sequence(values) for name, values in columns.items()}
 
 
 def _tail(
@@ -293,12 +286,11 @@ def replay_many(g: Graph, f: Frame, costs: Sequence[Costs]) -> list[Replay]:
 
 def replay_ends(g: Graph, f: Frame, costs: Sequence[Costs]) -> list[float]:
     """The predicted end (``Replay.end_us``) of each of ``costs``: ``replay_many`` without the per-node
-    results. A graph of ``_ARRAYS_FROM`` nodes or more is replayed ``_GROUP`` scenarios at a time, so
-    that the times held at once stay within a few single replays' worth."""
-    group = _GROUP if g.calls + g.activities >= _ARRAYS_FROM else max(len(costs), 1)
+    results. The graph is replayed ``_GROUP`` scenarios at a time, so that the times held at once stay
+    within a few single replays' worth."""
     ends = []
-    for lo in range(0, len(costs), group):
-        for run in _walk(g, f, costs[lo : lo + group]):
+    for lo in range(0, len(costs), _GROUP):
+        for run in _walk(g, f, costs[lo : lo + _GROUP]):
             ce = run.call_end
             for i in (f.tail_call, f.tail_dep):  # the only call ends the prediction reads
                 if i >= 0 and ce[i] != ce[i]:
@@ -307,14 +299,14 @@ def replay_ends(g: Graph, f: Frame, costs: Sequence[Costs]) -> list[float]:
     return ends
 
 
-_GROUP = 2  # scenarios per pass on large graphs (``replay_ends``)
+_GROUP = 2  # scenarios per pass (``replay_ends``): as fast as all in one on 1M events, less memory
 _CHUNK = 1 << 16  # agenda steps converted to Python numbers at a time
 _LONG_CHAIN = 16  # calls from which a chain is summed by numpy rather than one at a time
 
 
-def _store(out: MutableSequence[float], lo: int, values: F64) -> None:
-    """``out[lo : lo + len(values)] = values`` for a list or a C array of doubles (``_filled``)."""
-    out[lo : lo + len(values)] = array("d", values.tobytes()) if isinstance(out, array) else values.tolist()
+def _store(out: array[float], lo: int, values: F64) -> None:
+    """``out[lo : lo + len(values)] = values`` (``_filled``)."""
+    out[lo : lo + len(values)] = array("d", values.tobytes())
 
 
 def _predicted_end(
@@ -337,11 +329,10 @@ class _Run:
     scenario's scales applied (scenarios that scale a column alike share it)."""
 
     def __init__(self, g: Graph, f: Frame, costs: Costs, columns: _Scaled) -> None:
-        big = g.calls + g.activities >= _ARRAYS_FROM  # the same choice as the frame's columns
         nan = float("nan")
         self.costs = costs
-        self.call_start, self.call_end = _filled(nan, g.calls, big), _filled(nan, g.calls, big)
-        self.act_start, self.act_end = _filled(0.0, g.activities, big), _filled(nan, g.activities, big)
+        self.call_start, self.call_end = _filled(nan, g.calls), _filled(nan, g.calls)
+        self.act_start, self.act_end = _filled(0.0, g.activities), _filled(nan, g.activities)
         self.gap, self._gap_values = columns.gap(costs.host_scale, costs.input_scale)  # before each call
         self.own, self._own_values = columns.own(costs.host_scale)  # each call's own time
         self.latency = columns.latency(costs.launch_scale)[0]
@@ -436,8 +427,8 @@ class _Scaled:
     computed once with numpy (the float operations of the per-node formula, in its order), and a result
     equal bit for bit to the frame's column shared with the frame instead of copied."""
 
-    def __init__(self, f: Frame, nodes: int) -> None:
-        self._f, self._nodes = f, nodes
+    def __init__(self, f: Frame) -> None:
+        self._f = f
         self._done: dict[tuple[str, float, float], tuple[Sequence[float], F64]] = {}
         self._arrays: dict[str, npt.NDArray[Any]] = {}
 
@@ -465,9 +456,7 @@ class _Scaled:
             raw = self._array(key[0])
             values = np.where(self._array(inside), scale(raw), raw)
             same = np.array_equal(values.view(np.int64), raw.view(np.int64))
-            self._done[key] = (
-                (self._f.lists[key[0]], raw) if same else (_sequence(values, self._nodes), values)
-            )
+            self._done[key] = (self._f.lists[key[0]], raw) if same else (_sequence(values), values)
         return self._done[key]
 
     def _array(self, name: str) -> npt.NDArray[Any]:
@@ -484,7 +473,7 @@ def _walk(g: Graph, f: Frame, costs: Sequence[Costs]) -> list[_Run]:
     topological order: every edge goes forward in time). What the scenarios share (which node, its
     predecessors, its kind) is read once per step; each scenario then does the float operations its own
     pass would, in the same order. Plain steps, most of a trace, take a short path inline."""
-    scaled = _Scaled(f, g.calls + g.activities)
+    scaled = _Scaled(f)
     runs = [_Run(g, f, c, scaled) for c in costs]
     L = f.lists
     a_call, a_prev, a_gap, a_start = L["a_call"], L["a_prev"], L["a_gap"], L["a_start"]

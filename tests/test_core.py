@@ -5,7 +5,6 @@ sanity checks on the real traces in ``../shared/traces`` (skipped when absent)."
 from __future__ import annotations
 
 import json
-from array import array
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
@@ -397,32 +396,3 @@ def test_real_traces_replay_critical_path_and_graph(shared_traces: Path) -> None
             assert problems == [], (path.name, problems[:5])
     if known:
         pytest.xfail(f"range-profiler traces whose ranges are not host-timed: {len(known)}")
-
-
-@pytest.mark.parametrize(
-    "name", ["pageable_copy_loop.pt.trace.json.gz", "multistream_overlap.pt.trace.json.gz"]
-)
-def test_large_graph_replay_columns_give_the_same_times(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    # GIVEN a trace's graph, replayed from Python lists (small graphs) and from C arrays (large ones)
-    from analyzer import replay as rp
-
-    model = load(SAMPLES / name).models[0]
-    a = analyze_model(model)
-    g, w = build_graph(model), a.window
-    lane = main_thread(model, g)
-    frames = {}
-    for label, threshold in (("lists", 1 << 62), ("arrays", 0)):
-        monkeypatch.setattr(rp, "_ARRAYS_FROM", threshold)
-        frames[label] = (make_frame(g, w.start_us, w.end_us, lane, input_intervals(model)), threshold)
-    assert isinstance(frames["arrays"][0].lists["gap"], array)
-    assert isinstance(frames["lists"][0].lists["gap"], list)
-    # THEN every scenario re-times every call and activity alike
-    for costs in (Costs(), Costs(device_scale=0.5), Costs(host_scale=0.5, launch_scale=0.5)):
-        runs = []
-        for frame, threshold in frames.values():
-            monkeypatch.setattr(rp, "_ARRAYS_FROM", threshold)
-            runs.append(replay(g, frame, costs))
-        lists, arrays = runs
-        assert lists.end_us == arrays.end_us
-        for column in ("call_start", "call_end", "act_start", "act_end"):
-            assert np.array_equal(getattr(lists, column), getattr(arrays, column), equal_nan=True)

@@ -76,13 +76,11 @@ def assert_same_as_reference(g: Graph, f: Frame, costs: list[Costs]) -> None:
 
 
 @pytest.mark.parametrize("name", SAMPLE_NAMES)
-@pytest.mark.parametrize("columns", ["lists", "arrays"])
 @pytest.mark.parametrize("long_chain", [1, 1 << 40])
 def test_one_pass_gives_each_scenario_its_own_replay(
-    name: str, columns: str, long_chain: int, monkeypatch: pytest.MonkeyPatch
+    name: str, long_chain: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # GIVEN a sample's graph, its frame's numbers in lists or C arrays, chains summed by numpy or a loop
-    monkeypatch.setattr(rp, "_ARRAYS_FROM", 1 << 62 if columns == "lists" else 0)
+    # GIVEN a sample's graph, chains summed by numpy or a loop
     monkeypatch.setattr(rp, "_LONG_CHAIN", long_chain)
     a = sample(name)
     g, f = frame_of(a)
@@ -159,10 +157,9 @@ def test_random_costs_replayed_together_match_one_at_a_time(
             max_size=4,
         )
     )
-    # WHEN replayed together, and (the frame's numbers in C arrays) in passes of ``group`` scenarios
+    # WHEN replayed together, and in passes of ``group`` scenarios
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(rp, "_GROUP", group)
-        mp.setattr(rp, "_ARRAYS_FROM", 0)
         ends = replay_ends(g, frame_of(a)[1], costs)
     # THEN each is the replay of those costs alone, step by step
     assert_same_as_reference(g, f, costs)
