@@ -2,11 +2,11 @@
 while this process reads, inflates and cuts the file and builds the other batches; the parts are merged in
 file order, so the model is the one a single process builds (the same codes in the same order).
 
-Each worker holds at most one piece, sent when it is idle: a pipe never has both ends writing, so neither
-side can block the other. Results are read by this process's own thread (no helper threads: memory
-they would allocate lands in malloc arenas the analysis cannot reuse). Used only where the process can
-fork (Linux), for traces of more than one batch; a worker that fails to start or dies leaves its piece,
-and the rest of the file, to this process.
+Each worker holds at most one job (a few pieces), sent when it is idle: a pipe never has both ends
+writing, so neither side can block the other. Results are read by this process's own thread (no helper
+threads: memory they would allocate lands in malloc arenas the analysis cannot reuse). Used only where
+the process can fork (Linux), for files of several batches; a worker that fails to start or dies leaves
+its pieces, and the rest of the file, to this process.
 """
 
 from __future__ import annotations
@@ -42,40 +42,55 @@ def can_fork() -> bool:
     return sys.platform == "linux" and "fork" in multiprocessing.get_all_start_methods()
 
 
-class _Slot:
-    """A piece's place in file order: its part, or the worker making it (and a copy of its text)."""
+class _Job:
+    """Pieces sent together to one worker (copies of their text), and the parts it made of them."""
 
-    def __init__(self, part: _Part | None = None, worker: _Worker | None = None, text: bytes = b"") -> None:
-        self.part, self.worker, self.text = part, worker, text
+    def __init__(self, worker: _Worker) -> None:
+        self.worker = worker
+        self.texts: list[bytes] = []
+        self.parts: list[_Part] | None = None
+
+
+class _Slot:
+    """A piece's place in file order: its part, or the job (and place in it) that will make it."""
+
+    def __init__(self, part: _Part | None = None, job: _Job | None = None, at: int = 0) -> None:
+        self.part, self.job, self.at = part, job, at
 
 
 def parts_in_order(pieces: Iterator[memoryview | Batch], workers: int) -> Iterator[_Part]:
     """``part_of`` of every piece, in order; up to ``workers`` processes make some of them. A piece is
-    valid only until the next is asked for, so one sent to a worker is copied first."""
+    valid only until the next is asked for, so one sent to a worker is copied first. An idle worker is
+    given the next ``_PER_JOB`` pieces at once: while it makes them, this process makes about as many
+    and does its own work (reading, inflating, cutting, merging). The workers start at once: the caller
+    asks for them only for a file of several pieces."""
     pool: list[_Worker] = []
-    busy: dict[_Worker, _Slot] = {}
+    busy: dict[_Worker, _Job] = {}
+    gathering: _Job | None = None  # the pieces of an idle worker's next job, not sent yet
     queue: list[_Slot] = []
     try:
-        for n, piece in enumerate(pieces):
-            if n == 1 and isinstance(piece, memoryview):  # a second piece: the trace is worth workers
-                pool = _start(workers)
-            for worker, slot in list(busy.items()):  # collect what is done: the worker is free again
+        pool = _start(workers)
+        for piece in pieces:
+            for worker, job in list(busy.items()):  # collect what is done: the worker is free again
                 if worker.ready():
-                    _collect(slot, busy, pool)
-            idle = [w for w in pool if w not in busy]
-            slot = _Slot()
-            if idle and isinstance(piece, memoryview):
-                slot.text = bytes(piece)
-                if idle[0].send(slot.text):
-                    slot.worker = idle[0]
-                    busy[idle[0]] = slot
-                else:
-                    pool.remove(idle[0])
-            if slot.worker is None:
-                slot.part = part_of(piece)
-            queue.append(slot)
+                    _collect(job, busy, pool)
+            if gathering is None and isinstance(piece, memoryview):
+                gathering = next((_Job(w) for w in pool if w not in busy), None)
+            if gathering is not None and isinstance(piece, memoryview):
+                queue.append(_Slot(job=gathering, at=len(gathering.texts)))
+                gathering.texts.append(bytes(piece))
+                if len(gathering.texts) == _PER_JOB:
+                    _send(gathering, busy, pool)
+                    gathering = None
+            else:
+                queue.append(_Slot(part_of(piece)))
             while queue and (queue[0].part is not None or len(queue) > _QUEUED):
+                if queue[0].job is gathering and gathering is not None:
+                    _send(gathering, busy, pool)
+                    gathering = None
                 yield _take(queue.pop(0), busy, pool)
+        if gathering is not None:
+            _send(gathering, busy, pool)
         while queue:
             yield _take(queue.pop(0), busy, pool)
     finally:
@@ -83,25 +98,39 @@ def parts_in_order(pieces: Iterator[memoryview | Batch], workers: int) -> Iterat
             worker.stop()
 
 
-def _take(slot: _Slot, busy: dict[_Worker, _Slot], pool: list[_Worker]) -> _Part:
+_PER_JOB = 2
+
+
+def _send(job: _Job, busy: dict[_Worker, _Job], pool: list[_Worker]) -> None:
+    """Send the job to its worker; one that cannot take it is dropped and the job made here."""
+    if job.worker.send(job.texts):
+        busy[job.worker] = job
+        return
+    pool.remove(job.worker)
+    job.worker.stop()
+    job.parts, job.texts = [part_of(text) for text in job.texts], []
+
+
+def _take(slot: _Slot, busy: dict[_Worker, _Job], pool: list[_Worker]) -> _Part:
     if slot.part is None:
-        _collect(slot, busy, pool)
-    assert slot.part is not None
+        job = slot.job
+        assert job is not None
+        if job.parts is None:
+            _collect(job, busy, pool)
+        assert job.parts is not None
+        slot.part, slot.job = job.parts[slot.at], None
     return slot.part
 
 
-def _collect(slot: _Slot, busy: dict[_Worker, _Slot], pool: list[_Worker]) -> None:
-    """Wait for the slot's worker; if it died, make the part here (and use that worker no more)."""
-    worker = slot.worker
-    assert worker is not None
-    del busy[worker]
-    slot.worker = None
-    part = worker.receive()
-    if part is None:
-        pool.remove(worker)
-        worker.stop()
-        part = part_of(slot.text)
-    slot.part, slot.text = part, b""
+def _collect(job: _Job, busy: dict[_Worker, _Job], pool: list[_Worker]) -> None:
+    """Wait for the job's parts; if its worker died, make them here (and use that worker no more)."""
+    del busy[job.worker]
+    parts = job.worker.receive()
+    if parts is None:
+        pool.remove(job.worker)
+        job.worker.stop()
+        parts = [part_of(text) for text in job.texts]
+    job.parts, job.texts = parts, []
 
 
 def _start(workers: int) -> list[_Worker]:
@@ -117,7 +146,7 @@ def _start(workers: int) -> list[_Worker]:
 
 
 class _Worker:
-    """One forked process making parts of the pieces it is sent, one at a time."""
+    """One forked process making the parts of the pieces it is sent, one job at a time."""
 
     def __init__(self) -> None:
         context = multiprocessing.get_context("fork")
@@ -126,9 +155,9 @@ class _Worker:
         self.process.start()
         theirs.close()
 
-    def send(self, text: bytes) -> bool:
+    def send(self, texts: list[bytes]) -> bool:
         try:
-            self.conn.send_bytes(text)
+            self.conn.send(texts)
             return True
         except OSError:
             return False
@@ -139,8 +168,8 @@ class _Worker:
         except OSError:
             return True  # receive() finds out
 
-    def receive(self) -> _Part | None:
-        """The part, or None if the worker is gone; an error it met is raised here (as this process
+    def receive(self) -> list[_Part] | None:
+        """The parts, or None if the worker is gone; an error it met is raised here (as this process
         would have met it)."""
         try:
             answer: Any = self.conn.recv()
@@ -152,7 +181,7 @@ class _Worker:
 
     def stop(self) -> None:
         with contextlib.suppress(OSError):
-            self.conn.send_bytes(b"")
+            self.conn.send([])
         self.conn.close()
         self.process.join(timeout=5)
         if self.process.is_alive():
@@ -161,17 +190,17 @@ class _Worker:
 
 
 def _serve(conn: Connection) -> None:
-    """The worker's loop: a piece in, its part (or the error it met) out, until an empty message."""
+    """The worker's loop: pieces in, their parts (or the error met) out, until an empty list."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it stops us
     while True:
         try:
-            text = conn.recv_bytes()
+            texts = conn.recv()
         except (EOFError, OSError):
             return
-        if not text:
+        if not texts:
             return
         try:
-            answer: _Part | Exception = part_of(text)
+            answer: list[_Part] | Exception = [part_of(text) for text in texts]
         except Exception as exc:  # raised again in the parent, as if met there
             answer = exc
         try:

@@ -15,7 +15,7 @@ from analyzer.build import build_model
 from analyzer.decode_pool import parts_in_order
 from analyzer.errors import TraceError
 from analyzer.model import TraceModel, TraceSet
-from analyzer.raw import decode
+from analyzer.raw import BATCH_BYTES, decode
 from analyzer.sidecar import embedded_sidecar, read_sidecar
 from analyzer.stream import NotStreamable, OnlyWhitespace, TooLarge, blocks, stream_document, stream_pieces
 
@@ -215,6 +215,8 @@ def load_file(
     say(f"reading {path.name} ({size / 1e6:.1f} MB)")
     fmt = "json.gz" if path.name.endswith(".gz") else "json"
     streamed = size >= _STREAM_MIN_BYTES or (size >= _STREAM_MIN_GZIP_BYTES and _is_gzip(path))
+    if size < (_WORKER_MIN_GZIP_BYTES if fmt == "json.gz" else _WORKER_MIN_BYTES):
+        workers = 0  # one batch or two: a worker would not pay for its start
     model = _build_streaming(path, fmt, say, limit, workers) if streamed else None
     if model is None:
         if size > limit:  # not even compressed could it fit
@@ -231,6 +233,8 @@ def load_file(
 
 _STREAM_MIN_BYTES = 1 << 20
 _STREAM_MIN_GZIP_BYTES = 64 << 10  # smaller gzip files inflate to at most ~64 MB (deflate's ratio ~1000)
+_WORKER_MIN_BYTES = 3 * BATCH_BYTES  # files from which decode workers help (``analyzer.decode_pool``)
+_WORKER_MIN_GZIP_BYTES = _WORKER_MIN_BYTES // 8  # trace JSON deflates about 8-12 times
 
 
 def _is_gzip(path: Path) -> bool:

@@ -546,12 +546,14 @@ def small_pieces(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     monkeypatch.setattr(analyzer.stream, "_BLOCK", 10_000)
     monkeypatch.setattr(analyzer.stream, "BATCH_BYTES", 30_000)
     monkeypatch.setattr(analyzer.loader, "_STREAM_MIN_BYTES", 0)
+    monkeypatch.setattr(analyzer.loader, "_WORKER_MIN_BYTES", 0)
+    monkeypatch.setattr(analyzer.loader, "_WORKER_MIN_GZIP_BYTES", 0)
     sent: list[int] = []
     send = decode_pool._Worker.send
 
-    def counted(self: Any, text: bytes) -> bool:
-        sent.append(len(text))
-        return send(self, text)
+    def counted(self: Any, texts: list[bytes]) -> bool:
+        sent.extend(len(text) for text in texts)
+        return send(self, texts)
 
     monkeypatch.setattr(decode_pool._Worker, "send", counted)
     return sent
