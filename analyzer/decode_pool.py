@@ -16,6 +16,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import warnings
 from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from typing import Any
@@ -134,13 +135,18 @@ def _collect(job: _Job, busy: dict[_Worker, _Job], pool: list[_Worker]) -> None:
 
 
 def _start(workers: int) -> list[_Worker]:
+    """Up to ``workers`` started workers: as many as start (none is an error, only slower). Python 3.12+
+    warns when a process with threads forks (the command line's progress timer is one); the worker runs
+    none of their code, so the warning, which ``-W error`` would raise, is silenced here."""
     if workers < 1 or not can_fork():
         return []
     pool = []
     for _ in range(workers):
         try:
-            pool.append(_Worker())
-        except OSError:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                pool.append(_Worker())
+        except Exception:  # a worker is an optimisation: parse here instead
             break
     return pool
 

@@ -633,6 +633,25 @@ def test_a_decode_worker_that_dies_leaves_the_file_to_this_process(
 
 
 @needs_fork
+def test_a_decode_worker_that_cannot_start_leaves_the_file_to_this_process(
+    tmp_path: Path, small_pieces: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN decode workers that fail to start (as fork under ``-W error`` with threads would)
+    from analyzer import decode_pool
+
+    def refuse(self: Any) -> None:
+        raise DeprecationWarning("This process is multi-threaded, use of fork() may lead to deadlocks")
+
+    monkeypatch.setattr(decode_pool._Worker, "__init__", refuse)
+    path = write_trace_file(tmp_path / "alone.pt.trace.json", big_document(300))
+    # WHEN loaded asking for a worker
+    helped = load_one(path, use_cache=False, workers=1)
+    # THEN nothing was sent to a worker, and the model is the one this process builds alone
+    assert small_pieces == []
+    assert_same_model(helped, load_one(path, use_cache=False))
+
+
+@needs_fork
 def test_a_bad_piece_decoded_by_a_worker_falls_back_like_one_decoded_here(
     tmp_path: Path, small_pieces: list[int]
 ) -> None:
