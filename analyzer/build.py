@@ -259,7 +259,8 @@ def part_of(piece: bytes | memoryview | Batch) -> _Part:
     with paused_gc():
         batch = piece if isinstance(piece, Batch) else decode_batch(piece)
         acc = _Accumulator()
-        acc.add(batch)
+        acc.skipped.update(batch.skipped)
+        acc._add_events(batch.events)  # the counter samples go as they are: ``merge`` adds them
         return _Part(
             len(batch.events),
             acc.strings.values(),
@@ -313,8 +314,7 @@ class _Accumulator:
         self.meta.extend(part.meta)
         self.timed_seen += part.timed_seen
         for device, (reserved, allocated) in part.memory_peaks.items():
-            old = self.memory_peaks.get(device, (-1, -1))
-            self.memory_peaks[device] = (max(old[0], reserved), max(old[1], allocated))
+            self._peak(device, reserved, allocated)
         strings, raw = self.strings.codes_of(part.strings), self.raw.codes_of(part.raw)
         for target, columns in ((self.parts, part.columns), (self.flow_parts, part.flow_columns)):
             for name, values in columns.items():
@@ -394,11 +394,12 @@ class _Accumulator:
         on_device = (device >= 0) & (device_type != 0)
         for d in np.unique(device[on_device]).tolist():
             mine = on_device & (device == d)
-            old = self.memory_peaks.get(d, (-1, -1))
-            self.memory_peaks[d] = (
-                max(old[0], int(reserved[mine].max())),
-                max(old[1], int(allocated[mine].max())),
-            )
+            self._peak(d, int(reserved[mine].max()), int(allocated[mine].max()))
+
+    def _peak(self, device: int, reserved: int, allocated: int) -> None:
+        """Raise the device's allocator peaks to ``reserved`` and ``allocated`` where they are higher."""
+        old = self.memory_peaks.get(device, (-1, -1))
+        self.memory_peaks[device] = (max(old[0], reserved), max(old[1], allocated))
 
     def kind_of(self, codes: I64) -> npt.NDArray[np.int8]:
         """EventKind of each category code (the table grows as new strings are interned)."""

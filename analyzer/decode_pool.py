@@ -106,10 +106,8 @@ def _send(job: _Job, busy: dict[_Worker, _Job], pool: list[_Worker]) -> None:
     """Send the job to its worker; one that cannot take it is dropped and the job made here."""
     if job.worker.send(job.texts):
         busy[job.worker] = job
-        return
-    pool.remove(job.worker)
-    job.worker.stop()
-    job.parts, job.texts = [part_of(text) for text in job.texts], []
+    else:
+        _made_here(job, pool)
 
 
 def _take(slot: _Slot, busy: dict[_Worker, _Job], pool: list[_Worker]) -> _Part:
@@ -128,10 +126,16 @@ def _collect(job: _Job, busy: dict[_Worker, _Job], pool: list[_Worker]) -> None:
     del busy[job.worker]
     parts = job.worker.receive()
     if parts is None:
-        pool.remove(job.worker)
-        job.worker.stop()
-        parts = [part_of(text) for text in job.texts]
-    job.parts, job.texts = parts, []
+        _made_here(job, pool)
+    else:
+        job.parts, job.texts = parts, []
+
+
+def _made_here(job: _Job, pool: list[_Worker]) -> None:
+    """The job's parts made by this process; its worker, gone or refusing work, is used no more."""
+    pool.remove(job.worker)
+    job.worker.stop()
+    job.parts, job.texts = [part_of(text) for text in job.texts], []
 
 
 def _start(workers: int) -> list[_Worker]:

@@ -73,7 +73,7 @@ class Frame:
     act_wait_offset: list[tuple[tuple[int, float], ...]]
     chains: dict[int, int]  # call -> end of the chain of calls after it (``_agenda``)
     lists: dict[str, Any]  # the graph's columns for the replay's loop (``_sequence``), made once
-    loads_data: bool = False  # whether any host gap (or the tail) holds data loading
+    loads_data: bool = False  # any host gap (or the tail) holds data loading (else input_overlapped is moot)
 
     @property
     def recorded_end(self) -> float:

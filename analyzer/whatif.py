@@ -44,11 +44,6 @@ class WhatIfReport:
         return next((r.saving_us for r in self.results if r.scenario == scenario), 0.0)
 
 
-def _loads_data(f: Frame) -> bool:
-    """Whether any host gap in the replay holds data loading (else ``input_overlapped`` changes nothing)."""
-    return f.loads_data
-
-
 def scenario_costs(
     model: TraceModel, g: Graph, f: Frame, avoidable: AvoidablePolicy
 ) -> dict[Scenario, Costs]:
@@ -62,7 +57,7 @@ def scenario_costs(
         Scenario.NO_SYNCS: Costs(no_wait=waits_in_window),
         Scenario.DEVICE_2X: Costs(device_scale=0.5),
         Scenario.HOST_2X: Costs(host_scale=0.5),
-        Scenario.INPUT_OVERLAPPED: Costs(input_scale=0.0 if _loads_data(f) else 1.0),
+        Scenario.INPUT_OVERLAPPED: Costs(input_scale=0.0 if f.loads_data else 1.0),
     }
 
 
@@ -90,7 +85,7 @@ def what_if(model: TraceModel, g: Graph, f: Frame, avoidable: AvoidablePolicy) -
     others are replayed together, in one pass over the graph (``replay_ends``)."""
     scenarios = scenario_costs(model, g, f, avoidable)
     # the host's own work 2x faster, data loading kept as it is (input is its own kind)
-    own_host = Costs(host_scale=0.5, input_scale=2.0) if _loads_data(f) else scenarios[Scenario.HOST_2X]
+    own_host = Costs(host_scale=0.5, input_scale=2.0) if f.loads_data else scenarios[Scenario.HOST_2X]
     launch = Costs(launch_scale=0.5)
     distinct = list(dict.fromkeys([Costs(), *scenarios.values(), own_host, launch]))
     done = {c: end - f.start_us for c, end in zip(distinct, replay_ends(g, f, distinct), strict=True)}
