@@ -1,12 +1,15 @@
-"""Decode a streamed trace on two cores: worker processes decode some batches and make their columns
-while this process reads, inflates and cuts the file and builds the other batches; the parts are merged in
-file order, so the model is the one a single process builds (the same codes in the same order).
+"""Decode a streamed trace on two cores: worker processes read, inflate and cut the same file as this
+process, and each piece is decoded and made columns by whichever process reaches it first; the parts are
+merged here in file order, so the model is the one a single process builds (the same codes in the same
+order).
 
-Each worker holds at most one job (a few pieces), sent when it is idle: a pipe never has both ends
-writing, so neither side can block the other. Results are read by this process's own thread (no helper
-threads: memory they would allocate lands in malloc arenas the analysis cannot reuse). Used only where
-the process can fork (Linux), for files of several batches; a worker that fails to start or dies leaves
-its pieces, and the rest of the file, to this process.
+Nothing is sent to a worker: each process cuts the file into the same pieces, and a shared counter says
+which pieces are taken (pieces are taken in file order, so one number is enough). Reading and cutting are
+cheap (a tenth of decoding); a process that is behind skips the pieces already taken. A worker's parts
+come back through a pipe, sent by a thread of the worker so that it decodes on while this process, busy
+with its own piece, has not read them yet. Used only where the process can fork (Linux), for files of
+several pieces. A worker that fails to start leaves the file to this process; one that dies, or cut the
+file differently (it changed while read), makes ``WorkerLost`` raise: the caller parses again alone.
 """
 
 from __future__ import annotations
@@ -14,17 +17,24 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import queue
 import signal
 import sys
+import threading
 import warnings
-from collections.abc import Iterator
-from multiprocessing.connection import Connection
+from collections import deque
+from collections.abc import Callable, Iterator
+from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from analyzer.build import _Part, part_of
 from analyzer.raw import Batch
 
-_QUEUED = 8  # parts made here may wait this long for a worker's earlier part before this process waits
+Pieces = Iterator[memoryview | Batch]
+
+
+class WorkerLost(Exception):
+    """A worker took a piece and never gave its part back: parse the file again without workers."""
 
 
 def default_workers() -> int:
@@ -43,177 +53,181 @@ def can_fork() -> bool:
     return sys.platform == "linux" and "fork" in multiprocessing.get_all_start_methods()
 
 
-class _Job:
-    """Pieces sent together to one worker (copies of their text), and the parts it made of them."""
+class _Claims:
+    """The number of pieces taken so far, shared by every process. A process reaches piece ``i`` only after
+    passing ``i - 1``, which it took or found taken, so the count is never below ``i`` there: piece ``i`` is
+    free exactly when the count is ``i``."""
 
-    def __init__(self, worker: _Worker) -> None:
-        self.worker = worker
-        self.texts: list[bytes] = []
-        self.parts: list[_Part] | None = None
+    def __init__(self, context: Any) -> None:
+        self._taken = context.RawValue("q", 0)
+        self._lock = context.Lock()
+
+    def take(self, index: int) -> bool:
+        with self._lock:
+            if self._taken.value != index:
+                return False
+            self._taken.value = index + 1
+            return True
+
+
+_DONE = "done"  # a worker's last message: it takes no more pieces
 
 
 class _Slot:
-    """A piece's place in file order: its part, or the job (and place in it) that will make it."""
+    """A piece's place in file order: its part once made (here, or arrived from a worker), and its length
+    (a worker's part must come from a piece of the same length, or the file changed between reads)."""
 
-    def __init__(self, part: _Part | None = None, job: _Job | None = None, at: int = 0) -> None:
-        self.part, self.job, self.at = part, job, at
+    __slots__ = ("index", "length", "part")
+
+    def __init__(self, index: int, length: int, part: _Part | None = None) -> None:
+        self.index, self.length, self.part = index, length, part
 
 
-def parts_in_order(pieces: Iterator[memoryview | Batch], workers: int) -> Iterator[_Part]:
-    """``part_of`` of every piece, in order; up to ``workers`` processes make some of them. A piece is
-    valid only until the next is asked for, so one sent to a worker is copied first. An idle worker is
-    given the next ``_PER_JOB`` pieces at once: while it makes them, this process makes about as many
-    and does its own work (reading, inflating, cutting, merging). The workers start at once: the caller
-    asks for them only for a file of several pieces."""
-    pool: list[_Worker] = []
-    busy: dict[_Worker, _Job] = {}
-    gathering: _Job | None = None  # the pieces of an idle worker's next job, not sent yet
-    queue: list[_Slot] = []
+def parts_in_order(pieces: Pieces, workers: int, make_pieces: Callable[[], Pieces]) -> Iterator[_Part]:
+    """``part_of`` of every piece of ``pieces``, in order; up to ``workers`` processes make some of them,
+    each from its own ``make_pieces()`` (the same file read again, cut the same way; called in the
+    worker). Raises ``WorkerLost`` if a worker dies holding a piece."""
+    context = multiprocessing.get_context("fork") if can_fork() else None
+    claims = _Claims(context) if context is not None and workers > 0 else None
+    pool = _start(workers, claims, make_pieces) if claims is not None else []
+    if claims is None or not pool:
+        yield from map(part_of, pieces)
+        return
+    waiting: deque[_Slot] = deque()
+    arrived: dict[int, tuple[int, _Part | Exception]] = {}
+    finished = False
     try:
-        pool = _start(workers)
-        for piece in pieces:
-            for worker, job in list(busy.items()):  # collect what is done: the worker is free again
-                if worker.ready():
-                    _collect(job, busy, pool)
-            if gathering is None and isinstance(piece, memoryview):
-                gathering = next((_Job(w) for w in pool if w not in busy), None)
-            if gathering is not None and isinstance(piece, memoryview):
-                queue.append(_Slot(job=gathering, at=len(gathering.texts)))
-                gathering.texts.append(bytes(piece))
-                if len(gathering.texts) == _PER_JOB:
-                    _send(gathering, busy, pool)
-                    gathering = None
+        for index, piece in enumerate(pieces):
+            if isinstance(piece, memoryview) and not claims.take(index):
+                waiting.append(_Slot(index, len(piece)))  # a worker's
             else:
-                queue.append(_Slot(part_of(piece)))
-            while queue and (queue[0].part is not None or len(queue) > _QUEUED):
-                if queue[0].job is gathering and gathering is not None:
-                    _send(gathering, busy, pool)
-                    gathering = None
-                yield _take(queue.pop(0), busy, pool)
-        if gathering is not None:
-            _send(gathering, busy, pool)
-        while queue:
-            yield _take(queue.pop(0), busy, pool)
+                waiting.append(_Slot(index, -1, part_of(piece)))
+            _gather(pool, arrived, block=False)
+            while waiting and _done(waiting[0], arrived):
+                yield _part(waiting.popleft(), arrived)
+        while waiting:
+            if not _done(waiting[0], arrived):
+                _gather(pool, arrived, block=True)
+                continue
+            yield _part(waiting.popleft(), arrived)
+        finished = True
     finally:
         for worker in pool:
-            worker.stop()
+            worker.stop(finished)
 
 
-_PER_JOB = 2
+def _done(slot: _Slot, arrived: dict[int, tuple[int, _Part | Exception]]) -> bool:
+    return slot.part is not None or slot.index in arrived
 
 
-def _send(job: _Job, busy: dict[_Worker, _Job], pool: list[_Worker]) -> None:
-    """Send the job to its worker; one that cannot take it is dropped and the job made here."""
-    if job.worker.send(job.texts):
-        busy[job.worker] = job
-    else:
-        _made_here(job, pool)
+def _part(slot: _Slot, arrived: dict[int, tuple[int, _Part | Exception]]) -> _Part:
+    """The slot's part; a worker's error is raised here, where this process would have met it."""
+    if slot.part is not None:
+        return slot.part
+    length, made = arrived.pop(slot.index)
+    if length != slot.length:
+        raise WorkerLost(f"piece {slot.index}: {length} bytes in a worker, {slot.length} here")
+    if isinstance(made, Exception):
+        raise made
+    return made
 
 
-def _take(slot: _Slot, busy: dict[_Worker, _Job], pool: list[_Worker]) -> _Part:
-    if slot.part is None:
-        job = slot.job
-        assert job is not None
-        if job.parts is None:
-            _collect(job, busy, pool)
-        assert job.parts is not None
-        slot.part, slot.job = job.parts[slot.at], None
-    return slot.part
+def _gather(pool: list[_Worker], arrived: dict[int, tuple[int, _Part | Exception]], block: bool) -> None:
+    """Read every message the workers have sent (waiting for one at least when ``block``)."""
+    live = [w for w in pool if not w.finished]
+    if not live:
+        if block:  # a piece taken by a worker that said it was done: it cannot come any more
+            raise WorkerLost("a worker finished without a piece it took")
+        return
+    for conn in wait([w.conn for w in live], timeout=None if block else 0):
+        worker = next(w for w in live if w.conn is conn)
+        while not worker.finished and (block or worker.conn.poll()):
+            block = False
+            message = worker.receive()
+            if message == _DONE:
+                worker.finished = True
+            else:
+                index, length, made = message
+                arrived[index] = (length, made)
 
 
-def _collect(job: _Job, busy: dict[_Worker, _Job], pool: list[_Worker]) -> None:
-    """Wait for the job's parts; if its worker died, make them here (and use that worker no more)."""
-    del busy[job.worker]
-    parts = job.worker.receive()
-    if parts is None:
-        _made_here(job, pool)
-    else:
-        job.parts, job.texts = parts, []
-
-
-def _made_here(job: _Job, pool: list[_Worker]) -> None:
-    """The job's parts made by this process; its worker, gone or refusing work, is used no more."""
-    pool.remove(job.worker)
-    job.worker.stop()
-    job.parts, job.texts = [part_of(text) for text in job.texts], []
-
-
-def _start(workers: int) -> list[_Worker]:
+def _start(workers: int, claims: _Claims, make_pieces: Callable[[], Pieces]) -> list[_Worker]:
     """Up to ``workers`` started workers: as many as start (none is an error, only slower). Python 3.12+
     warns when a process with threads forks (the command line's progress timer is one); the worker runs
     none of their code, so the warning, which ``-W error`` would raise, is silenced here."""
-    if workers < 1 or not can_fork():
-        return []
     pool = []
     for _ in range(workers):
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DeprecationWarning)
-                pool.append(_Worker())
+                pool.append(_Worker(claims, make_pieces))
         except Exception:  # a worker is an optimisation: parse here instead
             break
     return pool
 
 
 class _Worker:
-    """One forked process making the parts of the pieces it is sent, one job at a time."""
+    """One forked process taking pieces of its own read of the file, and sending back their parts."""
 
-    def __init__(self) -> None:
+    def __init__(self, claims: _Claims, make_pieces: Callable[[], Pieces]) -> None:
         context = multiprocessing.get_context("fork")
-        self.conn, theirs = context.Pipe()
-        self.process = context.Process(target=_serve, args=(theirs,), daemon=True)
+        self.conn, theirs = context.Pipe(duplex=False)
+        self.process = context.Process(target=_serve, args=(theirs, claims, make_pieces), daemon=True)
         self.process.start()
         theirs.close()
+        self.finished = False
 
-    def send(self, texts: list[bytes]) -> bool:
+    def receive(self) -> Any:
+        """The next message; ``WorkerLost`` if the worker is gone before saying it is done."""
         try:
-            self.conn.send(texts)
-            return True
-        except OSError:
-            return False
-
-    def ready(self) -> bool:
-        try:
-            return self.conn.poll()
-        except OSError:
-            return True  # receive() finds out
-
-    def receive(self) -> list[_Part] | None:
-        """The parts, or None if the worker is gone; an error it met is raised here (as this process
-        would have met it)."""
-        try:
-            answer: Any = self.conn.recv()
+            return self.conn.recv()
         except (EOFError, OSError):
-            return None
-        if isinstance(answer, BaseException):
-            raise answer
-        return answer  # type: ignore[no-any-return]
+            raise WorkerLost("a decode worker died") from None
 
-    def stop(self) -> None:
-        with contextlib.suppress(OSError):
-            self.conn.send([])
+    def stop(self, finished: bool) -> None:
+        """Wait for a worker that has finished; kill one that has not (this process is giving up)."""
         self.conn.close()
-        self.process.join(timeout=5)
+        if finished:
+            self.process.join(timeout=5)
         if self.process.is_alive():
             self.process.kill()
             self.process.join()
 
 
-def _serve(conn: Connection) -> None:
-    """The worker's loop: pieces in, their parts (or the error met) out, until an empty list."""
+def _serve(conn: Connection, claims: _Claims, make_pieces: Callable[[], Pieces]) -> None:
+    """The worker: take the free pieces of its own read of the file, decode them, send their parts (or
+    the error met, then stop taking) until the file ends. An error of the reading itself is no message:
+    the parent, reading the same file, meets it too."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it stops us
-    while True:
-        try:
-            texts = conn.recv()
-        except (EOFError, OSError):
-            return
-        if not texts:
-            return
-        try:
-            answer: list[_Part] | Exception = [part_of(text) for text in texts]
-        except Exception as exc:  # raised again in the parent, as if met there
-            answer = exc
-        try:
-            conn.send(answer)
-        except OSError:  # the parent has gone (or stopped reading)
-            return
+    outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    gone = threading.Event()
+
+    def send() -> None:  # a thread: sending blocks until the parent reads, decoding need not wait
+        while (message := outbox.get()) is not None:
+            try:
+                conn.send(message)
+            except OSError:  # the parent has gone (or stopped reading)
+                gone.set()
+                return
+
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
+    try:
+        for index, piece in enumerate(make_pieces()):
+            if gone.is_set() or not isinstance(piece, memoryview):  # the last events: the parent's
+                break
+            if not claims.take(index):
+                continue
+            try:
+                outbox.put((index, len(piece), part_of(piece)))
+            except Exception as exc:  # raised again in the parent, where it meets this piece
+                outbox.put((index, len(piece), exc))
+                break
+    except Exception:  # the reading failed (a bad file): the parent's own read fails the same way
+        pass
+    finally:
+        outbox.put(_DONE)
+        outbox.put(None)
+        sender.join()
+        with contextlib.suppress(OSError):
+            conn.close()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from analyzer import cache
 from analyzer.build import build_model
-from analyzer.decode_pool import parts_in_order
+from analyzer.decode_pool import WorkerLost, parts_in_order
 from analyzer.errors import TraceError
 from analyzer.model import TraceModel, TraceSet
 from analyzer.raw import BATCH_BYTES, decode
@@ -249,13 +249,17 @@ def _build_streaming(path: Path, fmt: str, say: Progress, limit: int, workers: i
     """Build from a streamed decode; None when the file is not laid out for streaming (then the caller
     decodes it whole, which also gives the precise error for a broken file). Refuses a file past
     ``limit`` bytes of JSON, and one of whitespace only, as it streams (bounded memory)."""
+    gzipped = _is_gzip(path)
     try:
-        source = blocks(path, _is_gzip(path), limit)
         if workers < 1:
-            return build_model(stream_document(source), str(path), fmt, say, limit // EVENT_BYTES)
-        doc, pieces = stream_pieces(source)
-        parts = parts_in_order(pieces, workers)
-        return build_model(doc, str(path), fmt, say, limit // EVENT_BYTES, parts)
+            doc = stream_document(blocks(path, gzipped, limit))
+            return build_model(doc, str(path), fmt, say, limit // EVENT_BYTES)
+        doc, pieces = stream_pieces(blocks(path, gzipped, limit))
+        parts = parts_in_order(pieces, workers, lambda: stream_pieces(blocks(path, gzipped, limit))[1])
+        try:
+            return build_model(doc, str(path), fmt, say, limit // EVENT_BYTES, parts)
+        except WorkerLost:
+            return _build_streaming(path, fmt, say, limit, 0)
     except TooLarge:
         raise _too_large(path, limit) from None
     except OnlyWhitespace:

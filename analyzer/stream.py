@@ -144,8 +144,11 @@ def _pieces(source: Iterator[bytes], doc: Document) -> Iterator[memoryview | Bat
         cut = _last_cut(pending)
         if cut > 0:
             yield from _prefix(pending, cut)
+    cut = _last_cut(pending)
+    if cut > 0:  # the last full piece, as every other (a decode worker may take it)
+        yield from _prefix(pending, cut)
     last, rest = _finish(bytes(pending), doc)
-    yield from last
+    yield last
     _top_level(head, rest, doc)
 
 
@@ -187,16 +190,11 @@ def _decode(text: memoryview, doc: Document) -> Batch:
     return batch
 
 
-def _finish(pending: bytes, doc: Document) -> tuple[list[Batch], bytes]:
-    """The last events, then the closing ``]`` and what follows it (the rest of the top-level object)."""
-    out = []
-    buf = bytearray(pending)
-    cut = _last_cut(buf)
-    if cut > 0:
-        for piece in _prefix(buf, cut):
-            out.append(_decode(piece, doc))
+def _finish(pending: bytes, doc: Document) -> tuple[Batch, bytes]:
+    """The last event (or none: ``pending`` holds no cut between events), then the closing ``]`` and what
+    follows it (the rest of the top-level object)."""
     try:  # one event (or none) then ']': small, so the stdlib's prefix decoder is fine here
-        text = buf.decode("utf-8")
+        text = pending.decode("utf-8")
         events, end = json.JSONDecoder().raw_decode(text)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise NotStreamable(str(exc)) from None
@@ -209,8 +207,7 @@ def _finish(pending: bytes, doc: Document) -> tuple[list[Batch], bytes]:
     doc.size += len(last)
     tail = Batch(last)
     tail.counters = counters_of_items(events, tail.skipped)
-    out.append(tail)
-    return out, text[end:].encode()
+    return tail, text[end:].encode()
 
 
 def _top_level(head: bytes, rest: bytes, doc: Document) -> None:

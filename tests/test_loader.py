@@ -539,7 +539,12 @@ def test_streaming_in_many_small_batches_matches(
 @pytest.fixture
 def small_pieces(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Blocks of 10 kB and batches of 30 kB (so a test trace is cut into many pieces), and the sizes of
-    the pieces sent to a decode worker (sent from this process; the worker is forked after the patches)."""
+    the pieces a decode worker made (as their parts arrive here; the worker is forked after the patches).
+    Pieces go to whichever process reaches them first, so this process is slowed by 20 ms a piece: the
+    worker then makes some of every test trace."""
+    import os
+    import time
+
     import analyzer.stream
     from analyzer import decode_pool
 
@@ -548,15 +553,25 @@ def small_pieces(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     monkeypatch.setattr(analyzer.loader, "_STREAM_MIN_BYTES", 0)
     monkeypatch.setattr(analyzer.loader, "_WORKER_MIN_BYTES", 0)
     monkeypatch.setattr(analyzer.loader, "_WORKER_MIN_GZIP_BYTES", 0)
-    sent: list[int] = []
-    send = decode_pool._Worker.send
+    made: list[int] = []
+    receive = decode_pool._Worker.receive
 
-    def counted(self: Any, texts: list[bytes]) -> bool:
-        sent.extend(len(text) for text in texts)
-        return send(self, texts)
+    def counted(self: Any) -> Any:
+        message = receive(self)
+        if isinstance(message, tuple):  # (piece, its length, its part), not the last word
+            made.append(message[1])
+        return message
 
-    monkeypatch.setattr(decode_pool._Worker, "send", counted)
-    return sent
+    monkeypatch.setattr(decode_pool._Worker, "receive", counted)
+    parent, part_of = os.getpid(), decode_pool.part_of
+
+    def slower_here(piece: Any) -> Any:
+        if os.getpid() == parent:
+            time.sleep(0.02)
+        return part_of(piece)
+
+    monkeypatch.setattr(decode_pool, "part_of", slower_here)
+    return made
 
 
 needs_fork = pytest.mark.skipif(
@@ -624,12 +639,55 @@ def test_a_decode_worker_that_dies_leaves_the_file_to_this_process(
         return real(piece)
 
     monkeypatch.setattr(analyzer.build, "decode_batch", dies_in_the_worker)
+    from analyzer import decode_pool
+
+    lost: list[str] = []
+
+    class Lost(decode_pool.WorkerLost):
+        def __init__(self, why: str) -> None:
+            lost.append(why)
+            super().__init__(why)
+
+    monkeypatch.setattr(decode_pool, "WorkerLost", Lost)
     path = write_trace_file(tmp_path / "dies.pt.trace.json", big_document(300))
     # WHEN loaded with it
     helped = load_one(path, use_cache=False, workers=1)
-    # THEN this process made every piece, and the model is whole
-    assert small_pieces
+    # THEN the worker's loss was seen, no part came from it, and this process parsed the file again alone:
+    # the model is whole
+    assert lost == ["a decode worker died"]
+    assert small_pieces == []
     assert_same_model(helped, load_one(path, use_cache=False))
+
+
+@needs_fork
+def test_a_worker_whose_read_of_the_file_differs_makes_the_parts_unusable(tmp_path: Path) -> None:
+    # GIVEN pieces read here, and a worker whose read of the file is cut differently (the file changed
+    # between the reads): this process hands out its first piece only once the worker has made its own
+    import time
+
+    from analyzer import decode_pool
+
+    texts = [json.dumps([{"ph": "X", "name": "op", "ts": 0, "dur": 1, "pid": 1, "tid": 1}]).encode()]
+    texts += [json.dumps([{"ph": "i", "name": "x", "ts": i, "pid": 1, "tid": 1}]).encode() for i in range(3)]
+    marker = tmp_path / "worker-made-one"
+
+    def here() -> Any:
+        deadline = time.monotonic() + 30
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        yield from map(memoryview, texts)
+
+    def in_the_worker() -> Any:
+        for i, text in enumerate(texts):
+            yield memoryview(text + b" ")  # one byte longer than here
+            if i == 0:
+                marker.touch()  # asked for the next piece: the first is made
+
+    n = len(texts[0])
+    # WHEN their parts are put in order
+    # THEN the worker's first piece is refused: its length is not the one read here
+    with pytest.raises(decode_pool.WorkerLost, match=f"piece 0: {n + 1} bytes in a worker, {n} here"):
+        list(decode_pool.parts_in_order(here(), 1, in_the_worker))
 
 
 @needs_fork
@@ -646,7 +704,7 @@ def test_a_decode_worker_that_cannot_start_leaves_the_file_to_this_process(
     path = write_trace_file(tmp_path / "alone.pt.trace.json", big_document(300))
     # WHEN loaded asking for a worker
     helped = load_one(path, use_cache=False, workers=1)
-    # THEN nothing was sent to a worker, and the model is the one this process builds alone
+    # THEN no worker made a piece, and the model is the one this process builds alone
     assert small_pieces == []
     assert_same_model(helped, load_one(path, use_cache=False))
 
