@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from analyzer.arrays import distinct
 from analyzer.model import I64
 from analyzer.names import (
     ACTIVITY_KINDS,
@@ -33,7 +34,7 @@ def refine_commands(kind: npt.NDArray[np.int8], cols: dict[str, Any], values: li
     if not selected.any():
         return
     names = cols["name"][selected]
-    by_name = {int(c): int(command_kind(str(values[c]))) for c in np.unique(names).tolist()}
+    by_name = {int(c): int(command_kind(str(values[c]))) for c in distinct(names).tolist()}
     kind[selected] = np.fromiter(map(by_name.__getitem__, names.tolist()), dtype=np.int8, count=len(names))
 
 
@@ -43,17 +44,17 @@ def device_side_calls(kind: npt.NDArray[np.int8], pid: I64) -> None:
     is_api = np.isin(kind, list(API_KINDS))
     if not is_api.any():
         return
-    device_pids = np.unique(pid[np.isin(kind, list(ACTIVITY_KINDS))])
+    device_pids = distinct(pid[np.isin(kind, list(ACTIVITY_KINDS))])
     # only processes that hold nothing but device work: a trace writing kernels under the host's own pid
     # keeps its runtime calls as calls
-    host_pids = np.unique(pid[np.isin(kind, [EventKind.CPU_OP, EventKind.ANNOTATION, EventKind.PYTHON])])
+    host_pids = distinct(pid[np.isin(kind, [EventKind.CPU_OP, EventKind.ANNOTATION, EventKind.PYTHON])])
     device_only = np.setdiff1d(device_pids, host_pids)
     kind[is_api & np.isin(pid, device_only)] = EventKind.SYNC
 
 
 def format_notes(cols: dict[str, Any], values: list[Any]) -> tuple[str, ...]:
     """What the reader of the analysis must know about how this trace's device time was recorded."""
-    present = np.unique(cols["cat"]).tolist()
+    present = distinct(cols["cat"]).tolist()
     ranges = [str(values[c]) for c in present if isinstance(values[c], str) and is_range_category(values[c])]
     if not ranges:
         return ()

@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from analyzer.accelerators import accelerator_labels, device_side_calls, format_notes, refine_commands
+from analyzer.arrays import distinct
 from analyzer.counters import CounterBuilder
 from analyzer.errors import TraceError
 from analyzer.links import resolve_links
@@ -392,7 +393,7 @@ class _Accumulator:
         device, device_type = _ids(_take(args, "device_id")), _ids(_take(args, "device_type"))
         reserved, allocated = _ids(_take(args, "total_reserved")), _ids(_take(args, "total_allocated"))
         on_device = (device >= 0) & (device_type != 0)
-        for d in np.unique(device[on_device]).tolist():
+        for d in distinct(device[on_device]).tolist():
             mine = on_device & (device == d)
             self._peak(d, int(reserved[mine].max()), int(allocated[mine].max()))
 
@@ -495,8 +496,8 @@ def _apply_launch_flows(cols: dict[str, Any], flows: dict[str, npt.NDArray[Any]]
         return 0
     ids, start = flows["id"], flows["start"]
     valid = ids >= 0
-    start_ids = np.unique(ids[valid & start])
-    finish_ids = np.unique(ids[valid & ~start])
+    start_ids = distinct(ids[valid & start])
+    finish_ids = distinct(ids[valid & ~start])
     unpaired = len(np.setxor1d(start_ids, finish_ids, assume_unique=True))
     corr = cols["correlation"]
     linkable = (corr < 0) & (np.isin(cols["kind"], list(_LINKED_KINDS)) | (cols["api"] != ApiKind.NONE))
@@ -559,11 +560,11 @@ def _codes(values: I64) -> tuple[I64, I64]:
     few values in a small range: then each value's rank comes from a lookup table indexed by the value,
     one linear pass, where the sort behind ``return_inverse`` is n log n and scatters across the column."""
     if not len(values):
-        return np.unique(values), np.zeros(0, dtype=np.int64)
+        return distinct(values), np.zeros(0, dtype=np.int64)
     low, high = int(values.min()), int(values.max())
     if high - low > _LOOKUP_RANGE:
-        distinct, inverse = np.unique(values, return_inverse=True)
-        return distinct, inverse.reshape(-1).astype(np.int64)
+        values_seen, inverse = np.unique(values, return_inverse=True)
+        return values_seen, inverse.reshape(-1).astype(np.int64)
     present = np.zeros(high - low + 1, dtype=np.bool_)
     present[values - low] = True
     rank = np.cumsum(present, dtype=np.int64) - 1

@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from analyzer import intervals
+from analyzer.arrays import distinct
 from analyzer.edges import has_waits
 from analyzer.graph import Graph, per_call
 from analyzer.model import F64, I64
@@ -145,7 +146,7 @@ class _Walk:
         self.blocks: list[_Columns] = []  # the segments before those in the lists, as arrays (runs' too)
         self.calls_by_lane: dict[int, tuple[F64, I64]] = {}
         position = np.zeros(g.calls, dtype=np.int64)
-        for lane in np.unique(g.call_lane).tolist():
+        for lane in distinct(g.call_lane).tolist():
             idx = np.flatnonzero(g.call_lane == lane)
             self.calls_by_lane[lane] = (np.maximum.accumulate(g.call_end[idx]), idx)
             position[idx] = np.arange(len(idx))

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from analyzer.arrays import distinct
 from analyzer.model import F64, I64
 
 DEFAULT_LATENCY_US = 5.0  # launch latency when none can be measured
@@ -46,7 +47,7 @@ def launch_latency(observed: F64, free: npt.NDArray[np.bool_], device: I64) -> L
     """Typical and plausible launch latency per device, from launches onto an idle stream (``free``)."""
     typical = np.full(len(observed), DEFAULT_LATENCY_US)
     bound = np.full(len(observed), _MIN_BOUND_US)
-    for d in np.unique(device).tolist():
+    for d in distinct(device).tolist():
         on = device == d
         sample = observed[free & on]
         if len(sample):

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from analyzer.arrays import distinct
 from analyzer.critical import Kind
 from analyzer.findings_latent import input_advice
 from analyzer.gaps import Cause
@@ -183,7 +184,7 @@ def launch_bound(a: Analysis) -> list[Finding]:
     if g is None or a.summary.bottleneck != "host" or a.summary.device_utilization >= 0.5:
         return []
     launched = np.flatnonzero(g.act_call >= 0)
-    calls = np.unique(g.act_call[launched])
+    calls = distinct(g.act_call[launched])
     if len(calls) < 20:
         return []
     starts = np.sort(g.call_start[calls])

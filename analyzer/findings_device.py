@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from analyzer.arrays import distinct
 from analyzer.findings import Finding, Severity, severity, sync_where
 from analyzer.inputs import input_intervals, main_thread
 from analyzer.model import Device
@@ -143,8 +144,7 @@ def tensor_cores_unused(a: Analysis) -> list[Finding]:
     kernels = np.flatnonzero(inside & (model.events.kind[g.act_event] == EventKind.KERNEL))
     # classify each distinct kernel name once (names are interned), then add up per kernel in numpy
     codes = model.events.name[g.act_event[kernels]]
-    distinct = np.unique(codes).tolist()
-    kind = {c: gemm_kind(model.strings[c]) for c in distinct}
+    kind = {c: gemm_kind(model.strings[c]) for c in distinct(codes).tolist()}
     if any(k == "tensor_core" for k in kind.values()):
         return []  # some GEMM uses the tensor cores: mixed precision is on
     fp32 = np.array([kind[c] == "fp32" for c in codes.tolist()], dtype=np.bool_)
@@ -152,7 +152,7 @@ def tensor_cores_unused(a: Analysis) -> list[Finding]:
     starts = np.maximum(g.act_start[chosen], a.window.start_us)
     fp32_us = float(np.sum(np.minimum(g.act_end[chosen], a.window.end_us) - starts))
     fp32_count = len(chosen)
-    names = {model.strings[c] for c in distinct if kind[c] == "fp32"}
+    names = {model.strings[c] for c, k in kind.items() if k == "fp32"}
     busy = a.summary.device_busy_us
     if busy <= 0 or fp32_us < _TC_MIN_SHARE * busy:
         return []

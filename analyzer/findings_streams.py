@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from analyzer import intervals
+from analyzer.arrays import distinct
 from analyzer.critical import Kind
 from analyzer.findings import Finding, Severity, severity
 from analyzer.graph import Blocking, Graph
@@ -107,9 +108,9 @@ def copy_compute_serialized(a: Analysis) -> list[Finding]:
     host_copy = _host_copies(m, g) & inside
     pageable = _by_name(m, lambda s: "Pageable" in s)[ev.name[g.act_event]]
     out: list[Finding] = []
-    for device in np.unique(g.act_device).tolist():
+    for device in distinct(g.act_device).tolist():
         on = g.act_device == device
-        compute = np.unique(g.act_lane[on & kernel & inside])
+        compute = distinct(g.act_lane[on & kernel & inside])
         copies = np.flatnonzero(on & host_copy & ~pageable & np.isin(g.act_lane, compute))
         copy_us = _clipped(g, copies, lo, hi)
         if (
@@ -120,7 +121,7 @@ def copy_compute_serialized(a: Analysis) -> list[Finding]:
             continue
         cost = _on_critical_path(a, g, copies) if a.critical is not None else copy_us
         saving = min(_saving_without(a, g, copies), cost)
-        lanes = sorted(np.unique(g.act_lane[copies]).tolist())
+        lanes = sorted(distinct(g.act_lane[copies]).tolist())
         site = _top_site(m, g, copies)
         where = f" at {site}" if site else ""
         out.append(
@@ -154,7 +155,7 @@ def _on_critical_path(a: Analysis, g: Graph, acts: I64) -> float:
     if cp is None:
         return 0.0
     total = 0.0
-    for lane in np.unique(g.act_lane[acts]).tolist():
+    for lane in distinct(g.act_lane[acts]).tolist():
         seg = (cp.kind == _DEVICE) & (cp.lane == lane)
         s, e = intervals.union(cp.start_us[seg], cp.end_us[seg])
         mine = acts[g.act_lane[acts] == lane]
@@ -166,7 +167,7 @@ def _copies_overlap_kernels(g: Graph, copy: Mask, kernel: Mask) -> bool:
     """Whether any of the copies ran at the same time as a kernel of another stream (work on one stream
     never overlaps)."""
     idx = np.flatnonzero(copy)
-    for lane in np.unique(g.act_lane[idx]).tolist():
+    for lane in distinct(g.act_lane[idx]).tolist():
         mine = idx[g.act_lane[idx] == lane]
         others = np.flatnonzero(kernel & (g.act_device == g.act_device[mine[0]]) & (g.act_lane != lane))
         if not len(others):
@@ -210,9 +211,9 @@ def streams_never_overlapped(a: Analysis) -> list[Finding]:
     lo, hi, wall = a.window.start_us, a.window.end_us, a.window.dur_us
     inside = (g.act_end > lo) & (g.act_start < hi)
     out: list[Finding] = []
-    for device in np.unique(g.act_device).tolist():
+    for device in distinct(g.act_device).tolist():
         work: dict[int, I64] = {}
-        for lane in np.unique(g.act_lane[inside & (g.act_device == device)]).tolist():
+        for lane in distinct(g.act_lane[inside & (g.act_device == device)]).tolist():
             idx = np.flatnonzero(inside & (g.act_lane == lane))
             if len(idx) >= MIN_STREAM_ACTIVITIES and m.lanes[lane].stream >= 0:
                 work[lane] = idx

@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from analyzer import intervals
-from analyzer.arrays import group_order
+from analyzer.arrays import distinct, group_order
 from analyzer.graph import Graph, per_call
 from analyzer.model import F64, I64, Mask, TraceModel
 from analyzer.names import ApiKind, EventKind
@@ -192,7 +192,7 @@ def _rest(g: Graph, r0: F64, g1: F64, ending: I64, input_by_lane: dict[int, tupl
     lane = np.asarray(per_call(g.call_lane, call), dtype=np.int64)
     loading = np.zeros(len(g1), dtype=np.bool_)
     judged = (call >= 0) & (share > 0)
-    for thread in np.unique(lane[judged]).tolist():
+    for thread in distinct(lane[judged]).tolist():
         in_s, in_e = input_by_lane.get(thread, intervals.NONE)
         if len(in_s):
             rows = np.flatnonzero(judged & (lane == thread))
@@ -324,7 +324,7 @@ class _HostWork:
         the ``_SCAN`` that start last before ``g1`` ("" when none overlaps it). A thread's gaps are the
         rows of a matrix of their ``_SCAN`` ops, ``_CHUNK`` gaps at a time."""
         names = [""] * len(g1)
-        for lane in np.unique(lanes[rows]).tolist():
+        for lane in distinct(lanes[rows]).tolist():
             found = self.by_lane.get(lane)
             if found is None:
                 continue

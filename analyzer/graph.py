@@ -23,7 +23,7 @@ from enum import IntEnum
 import numpy as np
 import numpy.typing as npt
 
-from analyzer.arrays import group_order
+from analyzer.arrays import distinct, group_order
 from analyzer.edges import (
     Activities,
     inferred_waits,
@@ -322,7 +322,7 @@ class _IssueOrder:
     def __init__(self, model: TraceModel, act_lane: I64, issued: F64) -> None:
         self._lane_of = {(lane.device, lane.stream): lane.id for lane in model.lanes if lane.on_device}
         self._streams: dict[int, tuple[F64, I64]] = {}
-        for lane in np.unique(act_lane).tolist():
+        for lane in distinct(act_lane).tolist():
             idx = np.flatnonzero(act_lane == lane)
             order = np.argsort(issued[idx], kind="stable")
             self._streams[lane] = (issued[idx][order], idx[order].astype(np.int64))

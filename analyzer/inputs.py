@@ -7,6 +7,7 @@ import re
 import numpy as np
 
 from analyzer import intervals
+from analyzer.arrays import distinct
 from analyzer.graph import Graph
 from analyzer.model import F64, TraceModel
 from analyzer.names import STEP_PREFIX, EventKind
@@ -54,7 +55,7 @@ def input_intervals(model: TraceModel) -> dict[int, tuple[F64, F64]]:
     for kind in _SCOPES:
         loading = np.array([is_loading(s, kind) for s in model.strings], dtype=np.bool_)
         mask |= (ev.kind == kind) & loading[ev.name]
-    for lane in np.unique(ev.lane[mask]).tolist():
+    for lane in distinct(ev.lane[mask]).tolist():
         on = mask & (ev.lane == lane)
         out[int(lane)] = intervals.union(ev.ts[on], ev.end[on])
     return out

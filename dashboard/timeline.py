@@ -26,6 +26,7 @@ import numpy.typing as npt
 import plotly.graph_objects as go
 
 from analyzer.analysis import Analysis
+from analyzer.arrays import distinct
 from analyzer.critical import Kind
 from analyzer.graph import Blocking
 from analyzer.model import F64, I64, LaneKind, Mask, TraceModel, of_kind
@@ -256,7 +257,7 @@ def _event_row(
 
 
 def _event_keys(kinds: npt.NDArray[np.int8], blocking: Mask, row: RowKind) -> list[str]:
-    names = {int(k): EventKind(int(k)).name.lower() for k in np.unique(kinds)}
+    names = {int(k): EventKind(int(k)).name.lower() for k in distinct(kinds)}
     if row == RowKind.API:
         return ["sync_call" if b else "launch_call" for b in blocking.tolist()]
     return [names[int(k)] for k in kinds.tolist()]

@@ -14,6 +14,7 @@ import numpy.typing as npt
 
 from analyzer import cache, intervals
 from analyzer.analysis import Analysis, analyze_model, busy_intervals
+from analyzer.arrays import distinct
 from analyzer.critical import CriticalPath, Kind
 from analyzer.errors import StallscopeError
 from analyzer.gaps import Cause
@@ -186,7 +187,7 @@ class _HostPlaces:
         ev = model.events
         host = ev.is_kind(*_HOST_KINDS)
         self.by_lane: dict[int, npt.NDArray[np.int64]] = {}
-        for lane in np.unique(ev.lane[host]).tolist():
+        for lane in distinct(ev.lane[host]).tolist():
             self.by_lane[int(lane)] = np.flatnonzero(host & (ev.lane == lane))
 
     def place(self, event: int, lane: int, t: float) -> str:
