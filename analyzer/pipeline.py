@@ -32,10 +32,13 @@ def pipeline_model(
     if not model.steps or device is None or not g.activities:
         return None
     issued = g.issued()
-    mine = g.act_device == device
+    mine = np.flatnonzero(g.act_device == device)
+    order = mine[np.argsort(issued[mine], kind="stable")]  # the device's activities by issue time
+    when = issued[order]  # (never issued: NaN, sorted last, in no step)
     prep, compute = [], []
     for step, wait in zip(model.steps, sync_wait_by_step, strict=True):
-        inside = mine & (issued >= step.start_us) & (issued < step.end_us)
+        lo, hi = np.searchsorted(when, [step.start_us, step.end_us]).tolist()  # issued in [start, end)
+        inside = np.sort(order[lo:hi])  # in activity order, as a mask over all of them would give
         s, e = intervals.union(g.act_start[inside], g.act_end[inside])
         compute.append(intervals.total(s, e))
         prep.append(max(step.dur_us - wait, 0.0))

@@ -396,3 +396,24 @@ def test_real_traces_replay_critical_path_and_graph(shared_traces: Path) -> None
             assert problems == [], (path.name, problems[:5])
     if known:
         pytest.xfail(f"range-profiler traces whose ranges are not host-timed: {len(known)}")
+
+
+def _pipeline_device_us_by_masks(a: Analysis) -> float:
+    """G as the pipeline model first computed it: one mask over every activity per step."""
+    from analyzer import intervals
+
+    g, issued = a.graph, a.graph.issued()
+    compute = []
+    for step in a.model.steps:
+        inside = (g.act_device == a.main_device) & (issued >= step.start_us) & (issued < step.end_us)
+        compute.append(intervals.total(*intervals.union(g.act_start[inside], g.act_end[inside])))
+    return float(np.median(compute))
+
+
+@pytest.mark.parametrize("name", SAMPLE_NAMES)
+def test_pipeline_device_time_per_step_is_the_one_masks_give(name: str) -> None:
+    # GIVEN a sample trace of several steps
+    a = sample(name)
+    assert a.pipeline is not None and len(a.model.steps) > 1
+    # THEN G, found from the activities sorted by issue time, is exactly the one per-step masks give
+    assert a.pipeline.device_us == _pipeline_device_us_by_masks(a)
