@@ -1,8 +1,10 @@
 """Scaling table: time per stage of ``analyze --json`` for 0.1M, 1M, 3M and 10M events.
 
 The real V100 trace that bench_load.py uses is tiled end to end (``../shared/tools/tile_trace.py``) to each
-size; each size runs in a fresh child process: decode + build (no cache), then every analysis pass (the
-stage names ``analyze_model`` reports), then the output (the JSON document and its encoding). The growth
+size; each size runs in a fresh child process, set up as the commands set theirs up
+(``stallscope.allocator``): decode + build (no cache, in the process: no decode worker), then every
+analysis pass (the stage names ``analyze_model`` reports), then the output (the JSON document and its
+encoding). The growth
 table divides each stage's time by the 1M row's, scaled by the events: a linear stage reads about 1.0 at
 every size, a superlinear one grows.
 
@@ -48,6 +50,11 @@ try:
     from analyzer.output import encoded_document
 except ImportError:  # a --baseline revision from before it
     from analyzer.output import to_json as encoded_document
+try:  # the allocator settings of the commands (``stallscope.analysing``)
+    from stallscope.allocator import keep_freed_memory
+    keep_freed_memory()
+except ImportError:  # a --baseline revision from before them
+    pass
 times, cpu = {}, {}
 t, c = time.perf_counter(), time.process_time()
 model = load_file(Path(sys.argv[1]), use_cache=sys.argv[2] == "warm")
