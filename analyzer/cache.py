@@ -12,12 +12,16 @@ import contextlib
 import json
 import os
 import shutil
+import signal
+import sys
 import tempfile
 import threading
 import time
+import warnings
 from dataclasses import asdict, fields
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -61,6 +65,7 @@ __all__ = [
     "stat_token",
     "store",
     "wait",
+    "writes_in_a_child",
     "write_model",
 ]
 
@@ -105,15 +110,21 @@ def read_model(folder: Path, path: str) -> TraceModel:
 def store(
     key: str, model: TraceModel, source: Path | None = None, token: dict[str, int] | None = None
 ) -> None:
-    """Write the model under ``key`` in a background thread (the caller goes on analysing meanwhile) and
+    """Write the model under ``key`` in the background (the caller goes on analysing meanwhile) and
     remember ``source``'s content key. Failures (read-only cache, full disk) are not errors. A load of the
-    same key waits for the write; the interpreter waits for pending writes before it exits."""
-    writer = threading.Thread(
-        target=_store_now, args=(key, model, source, token), name=f"stallscope-cache-{key[:8]}"
-    )
+    same key waits for the write; the interpreter waits for pending writes before it exits. The writer is
+    a thread, or a forked process inside ``writes_in_a_child()``."""
+    writer: _Writer | None = _Child.start(key, model, source, token) if _in_a_child else None
+    if writer is None:
+        thread = threading.Thread(
+            target=_store_now, args=(key, model, source, token), name=f"stallscope-cache-{key[:8]}"
+        )
+        with _pending_lock:
+            _pending[key] = thread
+        thread.start()
+        return
     with _pending_lock:
         _pending[key] = writer
-    writer.start()
 
 
 def wait(key: str | None = None) -> None:
@@ -122,35 +133,110 @@ def wait(key: str | None = None) -> None:
         writers = [_pending[key]] if key in _pending else [] if key is not None else list(_pending.values())
     for writer in writers:
         writer.join()
+    with _pending_lock:  # a thread drops its own entry; a child's is the parent's to drop
+        for k in [k for k, w in _pending.items() if isinstance(w, _Child) and w in writers]:
+            del _pending[k]
 
 
-_pending: dict[str, threading.Thread] = {}
+@contextlib.contextmanager
+def writes_in_a_child() -> Iterator[None]:
+    """Inside: models are written from a forked process instead of a thread (a command that analyses and
+    exits). The thread imports pyarrow (0.3 s of Python) and encodes the columns while the analysis runs,
+    and the two share one interpreter lock; a child runs beside it on the other core, with the model's
+    memory shared (it only reads it). Where the process cannot fork, or has imported pyarrow already (a
+    child could inherit locks its threads held), a thread writes."""
+    global _in_a_child
+    before, _in_a_child = _in_a_child, True
+    try:
+        yield
+    finally:
+        _in_a_child = before
+
+
+class _Writer(Protocol):
+    def join(self) -> None: ...
+
+
+class _Child:
+    """A forked process writing one model; ``join`` waits for it (killing it after ``_CHILD_LIMIT_S``: a
+    child stuck on a lock some thread of the parent held when it forked must not hang the parent)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self._done = pid, False
+
+    @staticmethod
+    def start(
+        key: str, model: TraceModel, source: Path | None, token: dict[str, int] | None
+    ) -> _Child | None:
+        if not hasattr(os, "fork") or "pyarrow" in sys.modules:
+            return None
+        try:
+            with warnings.catch_warnings():  # 3.12+: forking with threads (the progress timer) warns
+                warnings.simplefilter("ignore", DeprecationWarning)
+                pid = os.fork()
+        except OSError:
+            return None
+        if pid == 0:  # the child: write, and leave without running the parent's exit handlers
+            code = 1
+            try:
+                signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the parent's
+                _write_entry(key, model, source, token)
+                code = 0
+            finally:
+                os._exit(code)
+        return _Child(pid)
+
+    def join(self) -> None:
+        deadline = time.monotonic() + _CHILD_LIMIT_S
+        while not self._done:
+            try:
+                done, _ = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                done = self.pid
+            if done or time.monotonic() > deadline:
+                if not done:
+                    with contextlib.suppress(OSError):
+                        os.kill(self.pid, signal.SIGKILL)
+                        os.waitpid(self.pid, 0)
+                self._done = True
+            else:
+                time.sleep(0.005)
+
+
+_CHILD_LIMIT_S = 600.0
+_in_a_child = False
+_pending: dict[str, _Writer] = {}
 _pending_lock = threading.Lock()
 
 
 def _store_now(key: str, model: TraceModel, source: Path | None, token: dict[str, int] | None) -> None:
-    root = cache_root()
+    """The writer thread."""
     try:
-        try:
-            root.mkdir(parents=True, exist_ok=True)
-            _remove_stale_temporaries(root)
-            tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
-        except OSError:
-            return
-        try:
-            write_model(tmp, model)
-            shutil.rmtree(root / key, ignore_errors=True)  # an unreadable entry: rename cannot replace it
-            os.replace(tmp, root / key)
-        except OSError:
-            shutil.rmtree(tmp, ignore_errors=True)
-            return
-        prune()
-        if source is not None and token is not None:
-            remember_key(source, key, token)
+        _write_entry(key, model, source, token)
     finally:
         with _pending_lock:
             if _pending.get(key) is threading.current_thread():
                 del _pending[key]
+
+
+def _write_entry(key: str, model: TraceModel, source: Path | None, token: dict[str, int] | None) -> None:
+    root = cache_root()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        _remove_stale_temporaries(root)
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
+    except OSError:
+        return
+    try:
+        write_model(tmp, model)
+        shutil.rmtree(root / key, ignore_errors=True)  # an unreadable entry: rename cannot replace it
+        os.replace(tmp, root / key)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        return
+    prune()
+    if source is not None and token is not None:
+        remember_key(source, key, token)
 
 
 def _remove_stale_temporaries(root: Path, older_than_s: float = 3600.0) -> None:

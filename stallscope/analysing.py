@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from analyzer import cache
 from analyzer.analysis import Analysis, analyze
 from analyzer.decode_pool import default_workers
 from analyzer.errors import UsageError
@@ -34,13 +35,14 @@ def load_and_analyse(
                 progress(message)
 
         dog.stage("loading")
-        traces = load(
-            trace,
-            use_cache=use_cache,
-            progress=say,
-            max_inflated_mb=max_inflated_mb,
-            workers=default_workers(),
-        )
+        with cache.writes_in_a_child():  # the model cache written beside the analysis, not under its GIL
+            traces = load(
+                trace,
+                use_cache=use_cache,
+                progress=say,
+                max_inflated_mb=max_inflated_mb,
+                workers=default_workers(),
+            )
         if rank is not None and rank not in traces.ranks:
             raise UsageError(f"--rank {rank}: {trace} has ranks {', '.join(map(str, traces.ranks))}")
         say("analysing")

@@ -802,6 +802,42 @@ def test_second_load_comes_from_the_cache(
     assert second.path == str(path) and second.format == "json.gz"
 
 
+_CHILD_WRITER = """
+import os, sys
+from pathlib import Path
+from analyzer import cache
+from analyzer.loader import load_file
+path = Path(sys.argv[1])
+with cache.writes_in_a_child():
+    model = load_file(path)
+writer = next(iter(cache._pending.values()))
+cache.wait()
+print(type(writer).__name__, writer.pid != os.getpid(), "pyarrow" in sys.modules, len(cache._pending))
+"""
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="a forked writer needs fork")
+def test_a_command_writes_the_cache_from_a_child_that_only_it_imports_pyarrow_in(
+    write_trace: WriteTrace, counting_build: CountingBuild, isolated_cache: Path
+) -> None:
+    # GIVEN a trace loaded in a fresh process that writes its cache from a child (as the commands do)
+    import subprocess
+    import sys
+
+    path = write_trace(minimal_trace(), "t.pt.trace.json.gz")
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD_WRITER, str(path)], capture_output=True, text=True, check=True
+    )
+    # THEN a child process wrote it, the process itself never imported pyarrow, and after the wait no
+    # write is pending
+    assert done.stdout.split() == ["_Child", "True", "False", "0"]
+    # AND the entry is whole: a load here (parsing forbidden) gives the model a parse gives
+    counting_build.refuse = True
+    cached = load_file(path)
+    counting_build.refuse = False
+    assert_same_model(cached, load_file(path, use_cache=False))
+
+
 def test_no_cache_parses_again(write_trace: WriteTrace, counting_build: CountingBuild) -> None:
     path = write_trace(minimal_trace())
     load_file(path)
