@@ -1,19 +1,23 @@
-"""Collector overhead: per-step wall time with no profiling, bare torch.profiler, and a stallscope session.
+"""Collector overhead: per-step cost with no profiling, bare torch.profiler, and a stallscope session.
 
-    python benchmarks/bench_collector.py [--repeat 5] [--steps 30] [--workload train,decode]
+    python benchmarks/bench_collector.py [--repeat 9] [--steps 30] [--block 10] [--workload train,decode]
 
 Targets (issue "collector"): sync-site capture and step timing add at most 5% over bare torch.profiler
 *inside* the profiled window, and at most 1% *outside* it. Outside the window the reference is bare
 torch.profiler's own steps outside its window too: once a profiler session has run, torch may leave
-later steps a few per cent slower (with ``with_stack``, measured before stacks became optional) (seen with nothing but ``profile().start()/stop()``), so
-"no profiling" would charge torch's residue to stallscope; both ratios are printed.
+later steps a few per cent slower (seen with nothing but ``profile().start()/stop()``), so "no
+profiling" would charge torch's residue to stallscope; both ratios are printed.
 
-How: each workload is one Python loop; every configuration runs the same loop in this process, one after
-the other, ``--repeat`` times (interleaved and in rotating order, so drift hits all alike). Each iteration is timed with
-``perf_counter``. An iteration is *inside* the window when a profiler is recording at its start and at
-its end (``torch.autograd._profiler_enabled()``), the same test for bare torch.profiler and for
-stallscope; *outside* when none is recording at either end and it is not one of the first two
-iterations (warm-up). The iteration during which a window closes (the trace export) is neither.
+How: each workload is one Python loop; every configuration runs the same loop in this process. The
+``--steps`` profiled steps of each of the ``--repeat`` repeats are split into blocks of ``--block``
+steps; a block runs every configuration once (a fresh profiler, a window of ``--block`` steps), in an
+order that rotates from block to block, so the runs a ratio compares are a second apart. Each iteration
+is timed in the main thread's CPU time (``thread_time``: what the collector adds, and what another
+process on the machine leaves alone) and in wall time (``perf_counter``). An iteration is *inside* the
+window when a profiler is recording at its start and at its end (``torch.autograd._profiler_enabled()``),
+the same test for bare torch.profiler and for stallscope; *outside* when none is recording at either end
+and it is not one of the first two iterations (warm-up). The iteration during which a window closes (the
+trace export) is neither.
 
 - bare torch.profiler: ``torch.profiler.profile(activities=[CPU(, CUDA)], with_stack=False,
   schedule=schedule(skip_first, wait=0, warmup, active, repeat=1))`` and ``prof.step()`` per iteration:
@@ -23,9 +27,13 @@ iterations (warm-up). The iteration during which a window closes (the trace expo
   optimizer hook and step wrapper, the sync-site recorder during the window and, on CPU-only runs, origin
   tracking until the first step and in the step before the window (`collector.origin`).
 
-The tables give the median iteration time of each configuration and the ratios the targets are about,
-then the unit costs (per optimizer step outside the window, per step mark and per `.item()` inside it),
-which are steadier than whole steps on a busy machine.
+The tables give the median iteration time of each configuration over all blocks, and the ratios the
+targets are about: the median over blocks of the ratio of two configurations' median iterations in the
+same block, with the quartiles of those per-block ratios in brackets. On a shared machine one run differs
+from the next by several per cent whatever the code (the per-block ratios spread that much), so many
+short blocks pin the median ratio down better than a few long ones. Then come the unit costs (per
+optimizer step outside the window, per step mark and per `.item()` inside it, and per token of the
+decode loop with the sync-site recorder as stallscope enters it, paired with bare torch.profiler).
 """
 
 from __future__ import annotations
@@ -151,48 +159,76 @@ def classify(rows: list[Row]) -> tuple[list[Row], list[Row]]:
     return inside, outside
 
 
-Pooled = dict[str, tuple[list[Row], list[Row]]]
+Block = dict[str, tuple[list[Row], list[Row]]]  # one run of each configuration: (inside, outside) rows
 
 
-def measure(workload: str, repeat: int, active: int) -> Pooled:
+def measure(workload: str, count: int, active: int) -> list[Block]:
+    """``count`` blocks of ``active`` profiled steps; each runs every configuration once, in an order that
+    rotates from block to block, so the configurations a ratio compares ran within a second of each
+    other."""
     make = WORKLOADS[workload]
     n = 2 + SKIP + WARMUP + active + active  # as many steps after the window as in it
-    pooled: Pooled = {c: ([], []) for c in CONFIGS}
+    blocks: list[Block] = []
     _loop(make()[0], 5)  # warm torch's own caches once before anything is timed
     names = list(CONFIGS)
-    for r in range(repeat):
+    for r in range(count):
+        block: Block = {}
         for name in names[r % 3 :] + names[: r % 3]:  # rotate the order: no configuration always goes first
             run = CONFIGS[name]
             with tempfile.TemporaryDirectory() as tmp:
-                inside, outside = classify(run(make, n, active, Path(tmp)))
-            pooled[name][0].extend(inside)
-            pooled[name][1].extend(outside)
+                block[name] = classify(run(make, n, active, Path(tmp)))
             print(
-                f"  {workload} run {r + 1}/{repeat} {name}: {len(inside)} in, {len(outside)} out",
+                f"  {workload} block {r + 1}/{count} {name}: {len(block[name][0])} in, "
+                f"{len(block[name][1])} out",
                 file=sys.stderr,
             )
-    return pooled
+        blocks.append(block)
+    return blocks
 
 
-def _ms(rows: list[Row], col: int) -> float:
-    return statistics.median(r[col] for r in rows) * 1e3 if rows else float("nan")
+def _median(rows: list[Row], col: int) -> float:
+    return statistics.median(r[col] for r in rows) if rows else float("nan")
 
 
-def table(results: dict[str, Pooled], col: int) -> str:
+def _pooled_ms(blocks: list[Block], name: str, where: int, col: int) -> float:
+    """The median step of one configuration over all blocks, in ms."""
+    return _median([r for b in blocks for r in b[name][where]], col) * 1e3
+
+
+def paired_ratio(blocks: list[Block], num: tuple[str, int], den: tuple[str, int], col: int) -> str:
+    """The median over blocks of (median step of ``num`` / median step of ``den``), both from the same
+    block, with the quartiles of those per-block ratios: drift between blocks cancels out of each ratio,
+    and one disturbed block moves the median little."""
+    ratios = sorted(
+        _median(b[num[0]][num[1]], col) / _median(b[den[0]][den[1]], col)
+        for b in blocks
+        if b[num[0]][num[1]] and b[den[0]][den[1]]
+    )
+    if not ratios:
+        return "n/a"
+    if len(ratios) < 4:
+        return f"{statistics.median(ratios):.3f}"
+    q1, _, q3 = statistics.quantiles(ratios, n=4)
+    return f"{statistics.median(ratios):.3f} ({q1:.3f}-{q3:.3f})"
+
+
+def table(results: dict[str, list[Block]], col: int) -> str:
+    inside, outside = 0, 1
+    none, bare, ours = ("none", outside), ("torch.profiler", inside), ("stallscope", inside)
     lines = [
         "| workload | no profiling | torch.profiler, in window | stallscope, in window "
         "| stallscope / torch.profiler in window (target <= 1.05) | stallscope, outside window "
         "| stallscope outside / none | torch.profiler outside / none | stallscope / torch.profiler outside (target <= 1.01) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for workload, pooled in results.items():
-        plain = _ms(pooled["none"][1], col)
-        bare_in = _ms(pooled["torch.profiler"][0], col)
-        ours_in, ours_out = _ms(pooled["stallscope"][0], col), _ms(pooled["stallscope"][1], col)
-        bare_out = _ms(pooled["torch.profiler"][1], col)
+    for workload, blocks in results.items():
+        ours_out, bare_out = ("stallscope", outside), ("torch.profiler", outside)
+        ms = [_pooled_ms(blocks, name, where, col) for name, where in (none, bare, ours, ours_out)]
         lines.append(
-            f"| {workload} | {plain:.3f} ms | {bare_in:.3f} ms | {ours_in:.3f} ms | {ours_in / bare_in:.3f} "
-            f"| {ours_out:.3f} ms | {ours_out / plain:.3f} | {bare_out / plain:.3f} | {ours_out / bare_out:.3f} |"
+            f"| {workload} | {ms[0]:.3f} ms | {ms[1]:.3f} ms | {ms[2]:.3f} ms "
+            f"| {paired_ratio(blocks, ours, bare, col)} | {ms[3]:.3f} ms "
+            f"| {paired_ratio(blocks, ours_out, none, col)} | {paired_ratio(blocks, bare_out, none, col)} "
+            f"| {paired_ratio(blocks, ours_out, bare_out, col)} |"
         )
     return "\n".join(lines)
 
@@ -242,21 +278,48 @@ def unit_costs(tmp: Path) -> dict[str, tuple[float, float]]:
     return out
 
 
-def _decode_token_costs() -> tuple[float, float]:
+def _decode_token_costs(rounds: int = 60, steps: int = 10) -> tuple[float, float]:
     """One token of the ``decode`` loop under bare torch.profiler, without and with the sync-site
-    recorder stallscope enters in the window: what a recorded call costs inside a real loop."""
+    recorder as stallscope enters it in the window (on a CPU-only run: sites learnt in a step under
+    origin tracking, which is then off): what a recorded call costs inside a real loop. ``rounds`` pairs
+    of ``steps`` steps without and with it; "with" is the median without plus the median of the paired
+    differences (a busy machine moves both runs of a pair alike)."""
+    from collector.origin import OriginTracker
     from collector.sites import SyncSiteRecorder
 
     step, _ = decode_workload()
+    latent = not torch.cuda.is_available()
+    recorder = SyncSiteRecorder(strategy="patch", latent=latent)
+
+    def per_token() -> float:
+        t0 = time.thread_time()
+        for _ in range(steps):
+            step()
+        return (time.thread_time() - t0) / steps / TOKENS * 1e6
+
     prof = bare_profiler(0, 0, 10**9)
     prof.start()
     try:
-        bare = _cpu_us(step, 100)
-        with SyncSiteRecorder(strategy="patch"):
-            ours = _cpu_us(step, 100)
+        recorder.tracked = recorder.learning = latent  # the step before the window
+        with recorder:
+            origin = OriginTracker() if latent else None
+            if origin is not None:
+                origin.install()
+            step()
+            if origin is not None:
+                origin.remove()
+        recorder.tracked = recorder.learning = False
+        bare, added = [], []
+        for _ in range(rounds):
+            without = per_token()
+            with recorder:
+                added.append(per_token() - without)
+            recorder.clear()
+            bare.append(without)
     finally:
         prof.stop()
-    return bare / TOKENS, ours / TOKENS
+    base = statistics.median(bare)
+    return base, base + statistics.median(added)
 
 
 def unit_table(costs: dict[str, tuple[float, float]]) -> str:
@@ -268,8 +331,13 @@ def unit_table(costs: dict[str, tuple[float, float]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=5, help="runs of each configuration (default 5)")
-    ap.add_argument("--steps", type=int, default=30, help="profiled steps per run (default 30)")
+    ap.add_argument("--repeat", type=int, default=9, help="repeats (default 9)")
+    ap.add_argument(
+        "--steps", type=int, default=30, help="profiled steps per repeat and configuration (default 30)"
+    )
+    ap.add_argument(
+        "--block", type=int, default=10, help="profiled steps per block: one window each (default 10)"
+    )
     ap.add_argument("--workload", default="train,decode", help="comma-separated: train, decode")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)  # steadier timings on a shared machine; the same for every configuration
@@ -279,15 +347,21 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown workload {', '.join(unknown)} (known: {', '.join(WORKLOADS)})")
     with tempfile.TemporaryDirectory() as tmp:
         costs = unit_costs(Path(tmp))
-    results = {w: measure(w, args.repeat, args.steps) for w in names}
+    block = max(1, min(args.block, args.steps))
+    count = args.repeat * -(-args.steps // block)
+    results = {w: measure(w, count, block) for w in names}
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU only"
-    print(f"torch {torch.__version__}, {device}, 1 intra-op thread, {args.repeat} runs x {args.steps} steps")
+    print(
+        f"torch {torch.__version__}, {device}, 1 intra-op thread, {count} blocks of {block} profiled steps "
+        "per configuration"
+    )
     print("\nmedian step, main thread CPU time (what the collector adds; steady on a shared machine):")
     print(table(results, 1))
     print("\nmedian step, wall time:")
     print(table(results, 0))
     print(
-        "\nunit costs, main thread CPU time (fastest of 5); inside the window the reference is bare torch.profiler:"
+        "\nunit costs, main thread CPU time (fastest of 5; a decode token: paired runs, medians); inside "
+        "the window the reference is bare torch.profiler:"
     )
     print(unit_table(costs))
     return 0

@@ -303,8 +303,13 @@ def _line_of(code: CodeType, at: int) -> int:
 
 
 class _Guard(threading.local):
-    busy = False  # a wrapped call is running on this thread: calls made inside it are not recorded
-    tid = 0  # this thread's OS id, looked up once
+    """Per thread, ``state``: [1 while a wrapped call runs on this thread (calls made inside it are not
+    recorded), this thread's OS id]. A wrapper looks the thread-local up once per call and uses list
+    items for the rest (each thread-local attribute access is a dictionary lookup by thread);
+    ``get_native_id`` is a system call, made once a thread."""
+
+    def __init__(self) -> None:
+        self.state = [0, threading.get_native_id()]
 
 
 class SyncSiteRecorder:
@@ -438,14 +443,16 @@ class SyncSiteRecorder:
     def _call_wrapper(
         self, original: Callable[..., Any], op: str, pred: _Pred | None, guard: _Guard
     ) -> Callable[..., Any]:
-        """The wrapper of one sync-prone method. It is on the hot path of every such call, and inside the
-        profiled window torch's Python tracer records each Python frame and builtin call it makes (about
-        1 µs apiece), so the site lookup of ``_record`` is inlined here and the calls are kept to
-        the clock and the frame."""
+        """The wrapper of one sync-prone method. It is on the hot path of every such call (a decode loop
+        reads a token every few dozen µs), so it does the least it can per call: one thread-local
+        lookup, the caller's code object and instruction offset (``records()`` turns them into a line),
+        the clock; a call whose arguments make it no sync (``pred``) goes straight through. On a CPU-only
+        run with origin tracking off (inside the window) a site learnt as device-bound answers the device
+        question with one set lookup, before the tensor is asked."""
         log = self._log
         kind_of = self._filter.cache.get  # a bound method: one lookup per frame
         classify = self._filter.kind
-        getframe, now, thread_id = sys._getframe, time.time_ns, threading.get_native_id
+        getframe, now = sys._getframe, time.time_ns
         on_device = self._on_device
         known = self._known
         latent = self._latent
@@ -453,54 +460,59 @@ class SyncSiteRecorder:
         types = torch_types()
         tensor: Any = types.tensor
         recorder = self
+        last_user: CodeType | None = None  # the last user code seen: the usual next caller
+
+        def latent_device(args: tuple[Any, ...], direct: bool) -> bool:
+            """CPU-only run: whether the call's tensor would be on the accelerator (``collector.origin``)."""
+            if directed:
+                return on_device(op, args, direct)
+            t = args[0] if args else None  # ``collector.origin.device_bound``, one call
+            return isinstance(t, tensor) and bound_tensor(t, types)
 
         @functools.wraps(original)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            nonlocal log  # ``log += ...`` extends the shared list in place (and is no traced call)
-            if guard.busy:
+            nonlocal log, last_user  # ``log += ...`` extends the shared list in place (and is no traced call)
+            state = guard.state
+            if state[0] or not (pred is None or pred(args, kwargs or None)):
                 return original(*args, **kwargs) if kwargs else original(*args)
-            if pred is None or pred(args, kwargs or None):
-                f: FrameType | None = getframe(1)
-                direct = True  # called from the user's own frame (not through a library)
-                while f is not None:
-                    code = f.f_code
-                    k = kind_of(id(code))
-                    if k is None:
-                        k = classify(code)
-                    if k == _USER:
-                        # the instruction, not the line: f_lineno scans the code's line table (records()
-                        # maps it to its line once per site)
-                        at = f.f_lasti
+            f: FrameType | None = getframe(1)
+            direct = True  # called from the user's own frame (not through a library)
+            while f is not None:
+                code = f.f_code
+                k = _USER if code is last_user else kind_of(id(code))
+                if k is None:
+                    k = classify(code)
+                if k == _USER:
+                    last_user = code
+                    # the instruction, not the line: f_lineno scans the code's line table
+                    at = f.f_lasti
+                    if not latent:  # a GPU run: the tensor's own device says it
                         t = args[0] if args else None
-                        if directed:
-                            on = on_device(op, args, direct)
-                        elif latent:  # ``collector.origin.device_bound``, one call
-                            on = isinstance(t, tensor) and bound_tensor(t, types)
-                        else:  # a GPU run: the tensor's own device says it
-                            on = isinstance(t, tensor) and not t.is_cpu
-                        if latent:
-                            site = (id(code), at, op)  # code objects are slow to hash: their id
-                            if recorder.tracked:  # origin tracking is on: learn the site's verdict
-                                if on:
-                                    known.add(site)
-                                if recorder.learning:
-                                    break
-                            elif not on and site in known:
-                                on = True
-                        tid = guard.tid or thread_id()  # get_native_id is a system call: once a thread
-                        guard.tid = tid
-                        ns = now()  # after the checks: the call starts right after this
-                        log += ((code, at, op, tid, ns, on),)  # not a call: the tracer skips it
-                        break
-                    if k == _OURS:
-                        break
-                    direct = False
-                    f = f.f_back
-            guard.busy = True
+                        on = (
+                            on_device(op, args, direct)
+                            if directed
+                            else isinstance(t, tensor) and not t.is_cpu
+                        )
+                    elif recorder.tracked:  # origin tracking is on: learn the site's verdict
+                        on = latent_device(args, direct)
+                        if on:
+                            known.add((id(code), at, op))  # code objects are slow to hash: their id
+                        if recorder.learning:
+                            break
+                    else:
+                        on = (id(code), at, op) in known or latent_device(args, direct)
+                    # the clock last: the call starts right after it
+                    log += ((code, at, op, state[1], now(), on),)  # not a call: the tracer skips it
+                    break
+                if k == _OURS:
+                    break
+                direct = False
+                f = f.f_back
+            state[0] = 1
             try:
                 return original(*args, **kwargs) if kwargs else original(*args)
             finally:
-                guard.busy = False
+                state[0] = 0
 
         return wrapper
 

@@ -332,6 +332,44 @@ def test_records_can_keep_only_a_window_of_times() -> None:
     assert r["count"] == 4 and len(r["times_us"]) == 2 and r["first_us"] < cut
 
 
+def test_cpu_only_sites_learnt_while_tracked_keep_their_verdict_when_not() -> None:
+    from collector.origin import OriginTracker
+
+    # GIVEN a CPU-only recorder in its learning step (origin tracking on): a token computed from a
+    # parameter is device-bound, a tensor made on the host is not
+    w = torch.ones(3, requires_grad=True)
+    host = torch.tensor([3])
+    lines: dict[str, int] = {}
+
+    def step(window: bool) -> None:
+        with torch.no_grad():
+            tok = (w * 2).argmax()  # marked only while origin tracking is on
+        lines["tok"] = next_line()
+        tok.item()
+        lines["host"] = next_line()
+        host.item()
+        if window:
+            lines["new"] = next_line()
+            w.sum().item()  # a site first seen untracked: the tensor itself (it requires grad) says it
+
+    rec = SyncSiteRecorder(strategy="patch", latent=True)
+    rec.tracked = rec.learning = True
+    tracker = OriginTracker()
+    with rec:
+        tracker.install()
+        try:
+            step(window=False)
+        finally:
+            tracker.remove()
+        # WHEN the window's steps run with origin tracking off
+        rec.tracked = rec.learning = False
+        step(window=True)
+        step(window=True)
+    # THEN the learning step logged nothing, and each site has the verdict a GPU run would give it
+    got = {(r["line"], r["on_device"]): r["count"] for r in rec.records()}
+    assert got == {(lines["tok"], True): 2, (lines["host"], False): 2, (lines["new"], True): 2}
+
+
 # --- StepTimer ----------------------------------------------------------------------------------------------
 
 
