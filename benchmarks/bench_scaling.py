@@ -53,6 +53,8 @@ except ImportError:  # a --baseline revision from before it
 try:  # the allocator settings of the commands (``stallscope.analysing``)
     from stallscope.allocator import keep_freed_memory
     keep_freed_memory()
+    from stallscope.allocator import collect_less
+    collect_less()
 except ImportError:  # a --baseline revision from before them
     pass
 times, cpu = {}, {}

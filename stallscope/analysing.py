@@ -7,7 +7,7 @@ from analyzer.analysis import Analysis, analyze
 from analyzer.decode_pool import default_workers
 from analyzer.errors import UsageError
 from analyzer.loader import MAX_INFLATED_MB, load
-from stallscope.allocator import keep_freed_memory
+from stallscope.allocator import collect_less, keep_freed_memory
 from stallscope.progress import Progress
 from stallscope.watchdog import Watchdog, budget_s
 
@@ -27,6 +27,7 @@ def load_and_analyse(
     warrants, ``budget_s``; 0: no limit); a file beyond ``max_inflated_mb`` of JSON is refused. Imported by the commands when they run: it imports the analyzer."""
     limit = budget_s(trace) if time_limit_s is None else time_limit_s
     keep_freed_memory()  # a command that loads and exits: large blocks from the heap, kept once freed
+    collect_less()
     with Watchdog(trace, limit) as dog:
 
         def say(message: str) -> None:

@@ -56,3 +56,11 @@ def test_numpy_asks_for_no_huge_pages_once_set_up() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_a_command_collects_cycles_less_often() -> None:
+    code = (
+        "import gc\nfrom stallscope.allocator import collect_less\ncollect_less()\nprint(*gc.get_threshold())"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["50000", "20", "20"]
