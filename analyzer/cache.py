@@ -18,8 +18,8 @@ import tempfile
 import threading
 import time
 import warnings
-from dataclasses import asdict, fields
 from collections.abc import Iterator
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -65,8 +65,8 @@ __all__ = [
     "stat_token",
     "store",
     "wait",
-    "writes_in_a_child",
     "write_model",
+    "writes_in_a_child",
 ]
 
 

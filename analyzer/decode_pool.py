@@ -63,11 +63,18 @@ class _Claims:
         self._lock = context.Lock()
 
     def take(self, index: int) -> bool:
-        with self._lock:
+        if not self._lock.acquire(timeout=_LOCK_WAIT_S):  # held by a process killed inside it
+            raise WorkerLost("the count of pieces taken stayed locked")
+        try:
             if self._taken.value != index:
                 return False
             self._taken.value = index + 1
             return True
+        finally:
+            self._lock.release()
+
+
+_LOCK_WAIT_S = 30.0  # the lock is held for a comparison and an assignment
 
 
 _DONE = "done"  # a worker's last message: it takes no more pieces
