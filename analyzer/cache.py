@@ -143,8 +143,8 @@ def writes_in_a_child() -> Iterator[None]:
     """Inside: models are written from a forked process instead of a thread (a command that analyses and
     exits). The thread imports pyarrow (0.3 s of Python) and encodes the columns while the analysis runs,
     and the two share one interpreter lock; a child runs beside it on the other core, with the model's
-    memory shared (it only reads it). Where the process cannot fork, or has imported pyarrow already (a
-    child could inherit locks its threads held), a thread writes."""
+    memory shared (it only reads it). Elsewhere than on Linux, or once the process has imported pyarrow
+    (a child could inherit locks its threads held), a thread writes."""
     global _in_a_child
     before, _in_a_child = _in_a_child, True
     try:
@@ -168,7 +168,7 @@ class _Child:
     def start(
         key: str, model: TraceModel, source: Path | None, token: dict[str, int] | None
     ) -> _Child | None:
-        if not hasattr(os, "fork") or "pyarrow" in sys.modules:
+        if not sys.platform.startswith("linux") or "pyarrow" in sys.modules:  # macOS: fork is unsafe
             return None
         try:
             with warnings.catch_warnings():  # 3.12+: forking with threads (the progress timer) warns
