@@ -260,13 +260,15 @@ def _sync(a: Analysis, s: Sync) -> dict[str, Any]:
 
 
 def _gap(a: Analysis, g: Gap, sync_of: dict[int, int]) -> dict[str, Any]:
+    """One gap's entry; a trace can have tens of thousands, so ``Gap.dur_us`` is inlined and the cause's
+    value read from the member itself (``Enum.value`` is a Python-level descriptor call)."""
     site = g.call_site
     return {
         "device": g.device,
         "start_us": g.start_us,
         "end_us": g.end_us,
-        "dur_us": g.dur_us,
-        "cause": g.cause.value,
+        "dur_us": g.end_us - g.start_us,
+        "cause": g.cause._value_,
         "detail": g.detail,
         "call_site": _site(site),
         "sync_id": sync_of.get(g.blocking_call) if g.blocking_call >= 0 else None,
