@@ -239,8 +239,9 @@ _RAW_CODES = frozenset({"pid", "tid"})  # ... into the interned raw pid/tid valu
 
 @dataclass
 class _Part:
-    """One batch's columns built by a fresh ``_Accumulator`` (in a worker process): codes index the
-    part's own ``strings`` and ``raw`` until ``_Accumulator.merge`` maps them."""
+    """One batch's columns built by a fresh ``_Accumulator`` (by a decode worker, or by the process that
+    merges them): codes index the part's own ``strings`` and ``raw`` until ``_Accumulator.merge`` maps
+    them."""
 
     size: int  # elements of the batch (events of every phase)
     strings: list[Any]

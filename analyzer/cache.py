@@ -114,17 +114,14 @@ def store(
     remember ``source``'s content key. Failures (read-only cache, full disk) are not errors. A load of the
     same key waits for the write; the interpreter waits for pending writes before it exits. The writer is
     a thread, or a forked process inside ``writes_in_a_child()``."""
-    writer: _Writer | None = _Child.start(key, model, source, token) if _in_a_child else None
-    if writer is None:
-        thread = threading.Thread(
-            target=_store_now, args=(key, model, source, token), name=f"stallscope-cache-{key[:8]}"
-        )
-        with _pending_lock:
-            _pending[key] = thread
+    child = _Child.start(key, model, source, token) if _in_a_child else None
+    thread = threading.Thread(
+        target=_store_now, args=(key, model, source, token), name=f"stallscope-cache-{key[:8]}"
+    )
+    with _pending_lock:  # before the thread starts: it drops its own entry when done
+        _pending[key] = thread if child is None else child
+    if child is None:
         thread.start()
-        return
-    with _pending_lock:
-        _pending[key] = writer
 
 
 def wait(key: str | None = None) -> None:

@@ -147,7 +147,7 @@ def _pieces(source: Iterator[bytes], doc: Document) -> Iterator[memoryview | Bat
     cut = _last_cut(pending)
     if cut > 0:  # the last full piece, as every other (a decode worker may take it)
         yield from _prefix(pending, cut)
-    last, rest = _finish(bytes(pending), doc)
+    last, rest = _finish(pending, doc)
     yield last
     _top_level(head, rest, doc)
 
@@ -190,7 +190,7 @@ def _decode(text: memoryview, doc: Document) -> Batch:
     return batch
 
 
-def _finish(pending: bytes, doc: Document) -> tuple[Batch, bytes]:
+def _finish(pending: bytearray, doc: Document) -> tuple[Batch, bytes]:
     """The last event (or none: ``pending`` holds no cut between events), then the closing ``]`` and what
     follows it (the rest of the top-level object)."""
     try:  # one event (or none) then ']': small, so the stdlib's prefix decoder is fine here

@@ -4,9 +4,8 @@ The real V100 trace that bench_load.py uses is tiled end to end (``../shared/too
 size; each size runs in a fresh child process, set up as the commands set theirs up
 (``stallscope.allocator``): decode + build (no cache, in the process: no decode worker), then every
 analysis pass (the stage names ``analyze_model`` reports), then the output (the JSON document and its
-encoding). The growth
-table divides each stage's time by the 1M row's, scaled by the events: a linear stage reads about 1.0 at
-every size, a superlinear one grows.
+encoding). The growth table divides each stage's time by the 1M row's, scaled by the events: a linear
+stage reads about 1.0 at every size, a superlinear one grows.
 
 ``--baseline REV`` runs the same children against a git revision checked out as a temporary
 ``git worktree`` (removed afterwards), each size right after this tree's so both see the same machine,
@@ -50,7 +49,7 @@ try:
     from analyzer.output import encoded_document
 except ImportError:  # a --baseline revision from before it
     from analyzer.output import to_json as encoded_document
-try:  # the allocator settings of the commands (``stallscope.analysing``)
+try:  # the process settings of the commands (``stallscope.analysing``), each as far as a revision has it
     from stallscope.allocator import keep_freed_memory
     keep_freed_memory()
     from stallscope.allocator import collect_less
