@@ -29,7 +29,7 @@ from analyzer.tops import Tops, top_tables
 from analyzer.verdict import Verdict, decide
 from analyzer.whatif import AvoidablePolicy, WhatIfReport, host_only, what_if
 
-SCHEMA = "stallscope.analysis/1"
+SCHEMA = "stallscope.analysis/2"
 
 
 class WindowBasis(str, Enum):

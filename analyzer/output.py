@@ -1,7 +1,10 @@
-"""The JSON output contract (DESIGN.md §5, ``stallscope.analysis/1``). Every top-level key is always present."""
+"""The JSON output contract (DESIGN.md §5, ``stallscope.analysis/2``). Every top-level key is always present."""
 
 from __future__ import annotations
 
+import re
+import secrets
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -9,6 +12,7 @@ import msgspec
 import numpy as np
 
 from analyzer.analysis import SCHEMA, Analysis, StepStats, Summary
+from analyzer.arrays import distinct
 from analyzer.counters import counters_json
 from analyzer.critical import Kind
 from analyzer.gaps import Gap
@@ -17,10 +21,23 @@ from analyzer.syncs import Sync
 from analyzer.tops import tops_of
 
 
+class OneLine:
+    """A value ``encode_json`` writes on one line of the indented document, as this JSON text: the long
+    columns (the critical path's segments), which indented would take a line per number."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: bytes) -> None:
+        self.text = text
+
+
 def _plain(value: Any) -> Any:
-    """numpy scalars as Python numbers (the encoder's hook for types it does not know)."""
+    """numpy scalars as Python numbers, ``OneLine`` as its text (the encoder's hook for types it does not
+    know)."""
     if isinstance(value, np.generic):
         return value.item()
+    if isinstance(value, OneLine):
+        return msgspec.Raw(value.text)
     raise TypeError(f"cannot encode {type(value).__name__} as JSON")
 
 
@@ -28,9 +45,26 @@ _ENCODER = msgspec.json.Encoder(enc_hook=_plain)
 
 
 def encode_json(doc: Any) -> bytes:
-    """The analysis document as JSON text (indented one space, as before): msgspec's encoder, about 20x
-    faster than the standard library's on large documents. Non-finite numbers are written as ``null``."""
-    return msgspec.json.format(_ENCODER.encode(doc), indent=1)
+    """The analysis document as JSON text, indented one space, with each ``OneLine`` value on one line:
+    msgspec's encoder, about 20x faster than the standard library's on large documents. Non-finite numbers
+    are written as ``null``. A ``OneLine`` is encoded as a placeholder string holding a random token (text
+    from the trace cannot forge it), then its text replaces the placeholder once the rest is indented."""
+    lines: list[bytes] = []
+    token = secrets.token_hex(16)
+
+    def hook(value: Any) -> Any:
+        if isinstance(value, OneLine):
+            lines.append(value.text)
+            return f"{token}:{len(lines) - 1}"
+        return _plain(value)
+
+    text = msgspec.json.format(msgspec.json.Encoder(enc_hook=hook).encode(doc), indent=1)
+    if not lines:
+        return text
+    parts = re.split(b'"' + token.encode() + rb':([0-9]+)"', text)
+    for i in range(1, len(parts), 2):
+        parts[i] = lines[int(parts[i])]
+    return b"".join(parts)
 
 
 def encode_compact(doc: Any) -> bytes:
@@ -60,9 +94,9 @@ def to_json(a: Analysis) -> dict[str, Any]:
 
 
 def encoded_document(a: Analysis, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """``to_json``'s document with ``extra`` keys, for ``encode_json`` only: the critical path's segments
-    are JSON text already (see ``_critical``), so the document holds no object per segment and no longer
-    needs the analysis (a caller can drop it before encoding: large traces' peak memory)."""
+    """``to_json``'s document with ``extra`` keys, for ``encode_json`` only: the critical path's columns
+    are JSON text already (``OneLine``), so the document no longer needs the analysis (a caller can drop
+    it before encoding: large traces' peak memory) and ``encode_json`` writes each column on one line."""
     return _document(a, True) | (extra or {})
 
 
@@ -182,9 +216,8 @@ def _run_steps(a: Analysis) -> dict[str, Any] | None:
     }
 
 
-def _critical(a: Analysis, encoded: bool = False) -> dict[str, Any] | None:
-    """The critical path; with ``encoded``, its segments already as JSON text (``msgspec.Raw``), made a
-    chunk at a time: the same bytes in the output without a dict per segment alive at once."""
+def _critical(a: Analysis, one_line: bool = False) -> dict[str, Any] | None:
+    """The critical path; its segments as columns (``_segment_columns``)."""
     cp = a.critical
     if cp is None:
         return None
@@ -192,48 +225,36 @@ def _critical(a: Analysis, encoded: bool = False) -> dict[str, Any] | None:
         "length_us": cp.length_us,
         "breakdown_us": {k.value: v for k, v in cp.breakdown_us.items()},
         "bottleneck": cp.bottleneck.value,
-        "segments": _encoded_segments(a) if encoded else _segments(a, 0, len(cp.kind)),
+        "segments": _segment_columns(a, one_line),
     }
 
 
-def _segments(a: Analysis, lo: int, hi: int) -> list[dict[str, Any]]:
+_KINDS = np.array([k.value for k in Kind], dtype=object)  # a kind code -> its name
+
+
+def _segment_columns(a: Analysis, one_line: bool) -> dict[str, Any]:
+    """The segments as columns, in time order: ``kind``, ``lane`` (its id in ``source.lanes``), ``name``
+    (an index into ``names``, the distinct names of the segments' events; ``""`` for a segment without
+    one), ``start_us``, ``end_us``. With ``one_line`` each column is its JSON text already (``OneLine``),
+    made as the column is: no list of a million numbers kept beside the next one."""
     cp = a.critical
     assert cp is not None
-    m = a.model
-    kinds = [k.value for k in Kind]
-    labels = [lane.label for lane in m.lanes]
-    names = m.events.name
-    return [
-        {
-            "kind": kinds[k],
-            "lane": labels[lane],
-            "name": m.strings[int(names[e])] if e >= 0 else "",
-            "start_us": start,
-            "end_us": end,
-        }
-        for k, lane, e, start, end in zip(
-            cp.kind[lo:hi].tolist(),
-            cp.lane[lo:hi].tolist(),
-            cp.event[lo:hi].tolist(),
-            cp.start_us[lo:hi].tolist(),
-            cp.end_us[lo:hi].tolist(),
-            strict=True,
-        )
-    ]
-
-
-_CHUNK = 1 << 16  # segments encoded at a time
-
-
-def _encoded_segments(a: Analysis) -> msgspec.Raw:
-    assert a.critical is not None
-    text = bytearray(b"[")  # grown in place: no list of chunks and no joined copy beside it
-    for lo in range(0, len(a.critical.kind), _CHUNK):
-        chunk = _ENCODER.encode(_segments(a, lo, lo + _CHUNK))
-        if len(chunk) > 2:
-            text += chunk[1:-1] if len(text) == 1 else b"," + chunk[1:-1]
-    text += b"]"
-    return msgspec.Raw(text)
+    has_event = cp.event >= 0
+    codes = np.where(has_event, a.model.events.name[np.where(has_event, cp.event, 0)], -1).astype(np.int64)
+    used = distinct(codes)
+    strings = a.model.strings
+    columns: dict[str, Callable[[], list[Any]]] = {
+        "kind": lambda: _KINDS[cp.kind].tolist(),
+        "lane": cp.lane.tolist,
+        "name": lambda: np.searchsorted(used, codes).tolist(),
+        "start_us": cp.start_us.tolist,
+        "end_us": cp.end_us.tolist,
+        "names": lambda: [strings[c] if c >= 0 else "" for c in used.tolist()],
+    }
+    out: dict[str, Any] = {"count": len(cp.kind)}
+    for key, make in columns.items():
+        out[key] = OneLine(_ENCODER.encode(make())) if one_line else make()
+    return out
 
 
 def _site(site: CallSite | None) -> dict[str, Any] | None:

@@ -52,7 +52,7 @@ def _configure_analyze(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--json",
         metavar="OUT",
-        help="write the analysis (schema stallscope.analysis/1) to OUT ('-' for stdout)",
+        help="write the analysis (schema stallscope.analysis/2) to OUT ('-' for stdout)",
     )
     p.add_argument(
         "--rank", type=int, default=None, help="rank to analyse in a multi-rank folder (default: lowest)"

@@ -1,6 +1,6 @@
 """One side of a comparison (``diff``, ``check --baseline``): a trace, folder or bundle analysed now, or an
 analysis saved by ``analyze --json``. Either way the result is the analysis document (schema
-``stallscope.analysis/1``), so both compare alike (``analyzer.diff``)."""
+``stallscope.analysis/2``), so both compare alike (``analyzer.diff``)."""
 
 from __future__ import annotations
 

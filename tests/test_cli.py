@@ -19,7 +19,9 @@ import pytest
 from _kineto import REPO, SAMPLES
 
 from analyzer import cache
+from analyzer.analysis import analyze
 from analyzer.loader import load
+from analyzer.output import OneLine, encode_compact, encode_json
 from stallscope import __version__
 from stallscope.cli import main
 from stallscope.progress import Progress
@@ -107,7 +109,7 @@ def test_json_output_matches_the_sample_ground_truth(name: str, tmp_path: Path) 
     doc = strict_json(out.read_text())
     # THEN every key of the contract is there
     assert set(doc) >= TOP_LEVEL
-    assert doc["schema"] == "stallscope.analysis/1"
+    assert doc["schema"] == "stallscope.analysis/2"
     assert set(doc["summary"]) >= SUMMARY
     # ... the window and the device's busy time are the simulated ones, exactly
     assert doc["window"] == want["window"]
@@ -131,6 +133,43 @@ def test_json_output_matches_the_sample_ground_truth(name: str, tmp_path: Path) 
     assert doc["per_rank"] == [{"rank": 0, "summary": doc["summary"]}]
 
 
+def test_json_critical_path_segments_are_columns_on_one_line_each(tmp_path: Path) -> None:
+    # GIVEN a sample trace, analysed in process and with --json
+    out = tmp_path / "analysis.json"
+    assert main(["analyze", str(SAMPLE), "--json", str(out), "-q", "--no-cache"]) == 0
+    text = out.read_text()
+    segments = strict_json(text)["critical_path"]["segments"]
+    a = analyze(load(SAMPLE, use_cache=False))
+    assert a.critical is not None
+    want = a.critical.segments
+    # THEN the segments are columns of `count` entries, the same segments as the analysis's, in order
+    assert segments["count"] == len(want) > 10
+    assert segments["kind"] == [s.kind.value for s in want]
+    assert segments["lane"] == [s.lane for s in want]
+    assert segments["start_us"] == [s.start_us for s in want]
+    assert segments["end_us"] == [s.end_us for s in want]
+    names = [segments["names"][i] for i in segments["name"]]
+    assert names == [a.model.strings[int(a.model.events.name[s.event])] if s.event >= 0 else "" for s in want]
+    assert len(set(segments["names"])) == len(segments["names"]) and "cudaLaunchKernel" in names
+    # ... they tile the window
+    assert segments["start_us"][1:] == segments["end_us"][:-1]
+    # ... and each column is written on one line of the otherwise indented document
+    lines = text.splitlines()
+    for key in ("kind", "lane", "name", "start_us", "end_us", "names"):
+        (line,) = [ln for ln in lines if ln.lstrip().startswith(f'"{key}": [')]
+        assert line.rstrip(",").endswith("]")
+    assert '\n  "length_us": ' in text  # the rest stays indented one space per level
+
+
+def test_one_line_values_cannot_be_forged_by_trace_text() -> None:
+    # GIVEN a document whose strings look like the placeholders a one-line value is written through
+    doc = {"a": OneLine(b"[1,2]"), "label": "0:0", "b": [OneLine(b'["x"]'), '"0":1']}
+    # WHEN encoded THEN each one-line value is its text, and every string is kept as it was
+    assert json.loads(encode_json(doc)) == {"a": [1, 2], "label": "0:0", "b": [["x"], '"0":1']}
+    # ... and the compact encoder (the dashboard's store) writes the same values
+    assert json.loads(encode_compact(doc)) == json.loads(encode_json(doc))
+
+
 def test_json_to_stdout_is_json_only(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["analyze", str(SAMPLE), "--json", "-"]) == 0
     out, err = capsys.readouterr()
@@ -144,7 +183,7 @@ def test_json_file_and_summary_together(tmp_path: Path, capsys: pytest.CaptureFi
     assert main(["analyze", str(SAMPLE), "--json", str(out)]) == 0
     text = capsys.readouterr().out
     assert "utilization" in text and f"  json      {out}" in text
-    assert strict_json(out.read_text())["schema"] == "stallscope.analysis/1"
+    assert strict_json(out.read_text())["schema"] == "stallscope.analysis/2"
 
 
 def test_quiet_prints_nothing(capsys: pytest.CaptureFixture[str]) -> None:

@@ -163,6 +163,24 @@ def test_saved_analyses_compare_like_the_traces(tmp_path: Path) -> None:
     resorted = tmp_path / "sorted.json"
     resorted.write_text(json.dumps(json.loads(Path(saved[0]).read_text()), sort_keys=True))
     assert diff_doc(str(resorted), after, tmp_path)["wall_us"] == from_traces["wall_us"]
+    # ... and an analysis saved before the segments were columns (schema /1: one object per segment)
+    doc = json.loads(Path(saved[0]).read_text())
+    columns = doc["critical_path"]["segments"]
+    doc["schema"] = "stallscope.analysis/1"
+    doc["critical_path"]["segments"] = [
+        {"kind": k, "lane": str(lane), "name": columns["names"][n], "start_us": a, "end_us": b}
+        for k, lane, n, a, b in zip(
+            columns["kind"],
+            columns["lane"],
+            columns["name"],
+            columns["start_us"],
+            columns["end_us"],
+            strict=True,
+        )
+    ]
+    old = tmp_path / "schema1.json"
+    old.write_text(json.dumps(doc))
+    assert diff_doc(str(old), after, tmp_path)["syncs"] == from_traces["syncs"]
 
 
 def test_different_step_counts_pair_by_index_and_say_so(
@@ -381,7 +399,10 @@ def test_check_baseline_reads_a_saved_analysis(tmp_path: Path, capsys: pytest.Ca
         (["check", "{slow}", "--baseline", "{fast}", "--max-regression", "-1"], "percentage of 0 or more"),
         (["check", "{slow}", "--baseline", "{missing}", "--max-regression", "5"], "missing.json"),
         (["diff", "{fast}", "{missing}"], "missing.json"),
-        (["diff", "{fast}", "{diffdoc}"], "only stallscope.analysis/1 can be compared"),
+        (
+            ["diff", "{fast}", "{diffdoc}"],
+            "only stallscope.analysis/1 and stallscope.analysis/2 can be compared",
+        ),
         (["diff", "{truncated}", "{fast}"], "a saved analysis that is not valid JSON"),
         (["diff", "{partial}", "{fast}"], "not a complete stallscope analysis ('summary' missing)"),
         (["diff", "{fast}", "{slow}", "--report", "{tmp}/no/such/folder/x.html"], "does not exist"),
