@@ -48,7 +48,7 @@ def device_side_calls(kind: npt.NDArray[np.int8], pid: I64) -> None:
     # only processes that hold nothing but device work: a trace writing kernels under the host's own pid
     # keeps its runtime calls as calls
     host_pids = distinct(pid[np.isin(kind, [EventKind.CPU_OP, EventKind.ANNOTATION, EventKind.PYTHON])])
-    device_only = np.setdiff1d(device_pids, host_pids)
+    device_only = np.setdiff1d(device_pids, host_pids, assume_unique=True)
     kind[is_api & np.isin(pid, device_only)] = EventKind.SYNC
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from analyzer.accelerators import accelerator_labels, device_side_calls, format_notes, refine_commands
-from analyzer.arrays import distinct
+from analyzer.arrays import distinct, time_order
 from analyzer.counters import CounterBuilder
 from analyzer.errors import TraceError
 from analyzer.links import resolve_links
@@ -148,7 +148,7 @@ def _build(
     unknown_categories = _unknown_categories(cols, acc.strings)
     notes = format_notes(cols, acc.strings.values())
     unpaired = _apply_launch_flows(cols, acc.flows())
-    _select(cols, np.lexsort((-cols["dur"], cols["ts"])))
+    _select(cols, time_order(cols["ts"], cols["dur"]))
     lanes = _assign_lanes(cols, acc.meta, acc.raw.values())
     counters = acc.counters.build({lane.device for lane in lanes if lane.on_device})
     table = resolve_links(cols)

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analyzer.arrays import distinct
+from analyzer.arrays import distinct, time_order
 
 
 @settings(max_examples=200, deadline=None)
@@ -40,3 +40,47 @@ def test_distinct_of_many_ids_keeps_each_once_in_order() -> None:
     np.random.default_rng(0).shuffle(ids)
     # THEN each comes out once, sorted
     np.testing.assert_array_equal(distinct(ids), np.arange(200_000, dtype=np.int64) * 3 + 10**9)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(min_value=0, max_value=3000), st.integers(min_value=1, max_value=5000), st.integers(0, 2**32)
+)
+def test_distinct_of_a_narrow_range_is_np_unique(length: int, width: int, seed: int) -> None:
+    # GIVEN a column of `length` values spread over `width` consecutive integers somewhere in int64
+    rng = np.random.default_rng(seed)
+    low = int(rng.integers(-(2**62), 2**62))
+    column = low + rng.integers(0, width, size=length)
+    # THEN its distinct values are np.unique's, as the table over the range or by sorting
+    got = distinct(column)
+    assert got.dtype == column.dtype
+    np.testing.assert_array_equal(got, np.unique(column))
+    for other in (
+        rng.integers(0, min(width, 255), size=length).astype(np.uint8),
+        (np.uint64(2**64 - 1) - rng.integers(0, width, size=length).astype(np.uint64)),
+    ):
+        got = distinct(other)
+        assert got.dtype == other.dtype
+        np.testing.assert_array_equal(got, np.unique(other))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([0.0, 1.0, 1.5, 2.0, 1e15, -3.0]), st.sampled_from([0.0, -0.0, 1.0, 2.5, 9.0])
+        ),
+        max_size=80,
+    ),
+    st.booleans(),
+)
+def test_time_order_is_lexsort_of_start_then_longest_first(
+    events: list[tuple[float, float]], shuffle: bool
+) -> None:
+    # GIVEN events with many equal starts and durations (ties of both, and -0.0 against 0.0), in runs or not
+    ts = np.array([e[0] for e in events], dtype=np.float64)
+    dur = np.array([e[1] for e in events], dtype=np.float64)
+    if not shuffle:
+        ts = np.sort(ts)
+    # THEN the order is lexsort's, ties of both kept as given
+    np.testing.assert_array_equal(time_order(ts, dur), np.lexsort((-dur, ts)))
