@@ -33,7 +33,9 @@ def distinct(values: npt.NDArray[Any]) -> npt.NDArray[Any]:
         if high - low <= len(values):
             present = np.zeros(high - low + 1, dtype=np.bool_)
             present[values - values.dtype.type(low)] = True
-            return np.flatnonzero(present).astype(values.dtype) + values.dtype.type(low)
+            found: npt.NDArray[Any] = np.flatnonzero(present).astype(values.dtype)
+            found += values.dtype.type(low)
+            return found
     ordered = np.sort(values)
     if len(ordered) < 2:
         return ordered
