@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -46,8 +47,10 @@ class Cause(str, Enum):
     UNKNOWN = "unknown"
 
 
-@dataclass(frozen=True)
-class Gap:
+class Gap(NamedTuple):
+    """One idle interval of a device and why (a trace can have tens of thousands: a tuple is made five
+    times faster than a frozen dataclass)."""
+
     device: int
     start_us: float
     end_us: float

@@ -100,6 +100,7 @@ def find_syncs(
         groups.setdefault(key, []).append(c)
     raw = []
     step_of = _StepOf(model.steps)
+    logging_memo: dict[int, bool] = {}
     for (lane, top), members in sorted(groups.items(), key=lambda kv: g.call_start[kv[1][0]]):
         duration = g.call_end[members] - g.call_start[members]
         longest = members[int(np.argmax(duration))]
@@ -116,7 +117,7 @@ def find_syncs(
                 _site(model, g, sidecar, lane, members, top if top >= 0 else e),
                 tuple(members),
                 step_of(float(g.call_start[members[0]])),
-                _logging(model, top if top >= 0 else e),
+                _logging(model, top if top >= 0 else e, logging_memo),
             )
         )
     return _classify(model, g, raw, end_us)
@@ -214,17 +215,32 @@ class _StepOf:
         return k if k >= 0 and t < self.end[k] else -1
 
 
-def _logging(model: TraceModel, event: int) -> bool:
-    """A python frame or annotation above the sync says logging, printing or metrics."""
+def _logging(model: TraceModel, event: int, memo: dict[int, bool]) -> bool:
+    """A python frame or annotation above the sync says logging, printing or metrics. ``memo``: the answer
+    for each frame already climbed from (the syncs of one loop share their frames)."""
     ev = model.events
     at = int(ev.parent[event]) if event >= 0 else -1
-    for _ in range(512):
+    climbed: list[int] = []
+    found = False
+    for _ in range(_MAX_CLIMB):
         if at < 0:
-            return False
+            break
+        known = memo.get(at)
+        if known is not None:
+            found = known
+            break
+        climbed.append(at)
         if ev.kind[at] in (EventKind.PYTHON, EventKind.ANNOTATION) and _LOGGING.search(model.name_of(at)):
-            return True
+            found = True
+            break
         at = int(ev.parent[at])
-    return False
+    else:  # the climb was cut short: what lies above is unknown, so nothing is remembered
+        return False
+    memo.update(dict.fromkeys(climbed, found))
+    return found
+
+
+_MAX_CLIMB = 512
 
 
 Raw = tuple[SyncKind, str, str | None, int, float, float, float, CallSite | None, tuple[int, ...], int, bool]
