@@ -149,3 +149,16 @@ def test_folders_are_not_cached(tmp_path: Path, capsys: pytest.CaptureFixture[st
     shutil.copyfile(SAMPLE, folder / SAMPLE.name)
     analyse(capsys, folder, tmp_path / "a.json")
     assert not answers.answers_root().exists()
+
+
+@pytest.mark.parametrize("lib", ["msgspec", "numpy", "no_such_library_anywhere"])
+def test_the_fingerprint_reads_each_library_version_as_importlib_metadata_does(lib: str) -> None:
+    # GIVEN a library the answers depend on (or one not installed)
+    from importlib import metadata
+
+    try:
+        want: str | None = metadata.version(lib)
+    except metadata.PackageNotFoundError:
+        want = None
+    # THEN the version read from its dist-info folder's name is importlib.metadata's
+    assert answers._installed_version(lib) == want
