@@ -151,7 +151,7 @@ def _document(a: Analysis, encoded: bool) -> dict[str, Any]:
             for d in a.devices
         ],
         "critical_path": _critical(a, encoded),
-        "gaps": [_gap(a, g, sync_of) for g in a.gaps],
+        "gaps": _gaps(a, sync_of, encoded),
         "syncs": [_sync(a, s) for s in a.syncs],
         "findings": [
             {
@@ -280,18 +280,45 @@ def _sync(a: Analysis, s: Sync) -> dict[str, Any]:
     }
 
 
-def _gap(a: Analysis, g: Gap, sync_of: dict[int, int]) -> dict[str, Any]:
-    """One gap's entry; a trace can have tens of thousands, so ``Gap.dur_us`` is inlined and the cause's
-    value read from the member itself (``Enum.value`` is a Python-level descriptor call)."""
-    site = g.call_site
-    return {
-        "device": g.device,
-        "start_us": g.start_us,
-        "end_us": g.end_us,
-        "dur_us": g.end_us - g.start_us,
-        "cause": g.cause._value_,
-        "detail": g.detail,
-        "call_site": _site(site),
-        "sync_id": sync_of.get(g.blocking_call) if g.blocking_call >= 0 else None,
-        "charged_us": g.charged_us,
-    }
+class _GapEntry(msgspec.Struct, gc=False):
+    """A gap's entry, its fields in the document's order (made and encoded in half a dict's time)."""
+
+    device: int
+    start_us: float
+    end_us: float
+    dur_us: float
+    cause: str
+    detail: str
+    call_site: dict[str, Any] | None
+    sync_id: int | None
+    charged_us: float
+
+
+def _gaps(a: Analysis, sync_of: dict[int, int], one_line: bool) -> list[dict[str, Any]] | OneLine:
+    """Every gap's entry; with ``one_line``, the list as JSON text with one gap per line (a trace can have
+    tens of thousands: indented, each took eleven lines and the indenting a third of the writing). The
+    lines are cut where one gap's object ends and the next begins, the only place where ``},{"device":``
+    can stand: inside a string its quotes would be escaped."""
+    entries = [_gap(a, g, sync_of) for g in a.gaps]
+    if not one_line:
+        return [msgspec.structs.asdict(e) for e in entries]
+    if not entries:
+        return OneLine(b"[]")
+    text = _ENCODER.encode(entries)
+    return OneLine(b"[\n  " + text[1:-1].replace(b'},{"device":', b'},\n  {"device":') + b"\n ]")
+
+
+def _gap(a: Analysis, g: Gap, sync_of: dict[int, int]) -> _GapEntry:
+    """One gap's entry; ``Gap.dur_us`` is inlined and the cause's value read from the member itself
+    (``Enum.value`` is a Python-level descriptor call)."""
+    return _GapEntry(
+        g.device,
+        g.start_us,
+        g.end_us,
+        g.end_us - g.start_us,
+        g.cause._value_,
+        g.detail,
+        _site(g.call_site),
+        sync_of.get(g.blocking_call) if g.blocking_call >= 0 else None,
+        g.charged_us,
+    )

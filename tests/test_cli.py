@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from _kineto import REPO, SAMPLES
 from analyzer import cache
 from analyzer.analysis import analyze
 from analyzer.loader import load
-from analyzer.output import OneLine, encode_compact, encode_json
+from analyzer.output import OneLine, encode_compact, encode_json, encoded_document, to_json
 from stallscope import __version__
 from stallscope.cli import main
 from stallscope.progress import Progress
@@ -168,6 +169,22 @@ def test_one_line_values_cannot_be_forged_by_trace_text() -> None:
     assert json.loads(encode_json(doc)) == {"a": [1, 2], "label": "0:0", "b": [["x"], '"0":1']}
     # ... and the compact encoder (the dashboard's store) writes the same values
     assert json.loads(encode_compact(doc)) == json.loads(encode_json(doc))
+
+
+def test_json_gaps_are_one_per_line_whatever_their_text(tmp_path: Path) -> None:
+    # GIVEN an analysis whose gaps' details hold what the line cut looks for, and quotes and newlines
+    a = analyze(load(SAMPLE, use_cache=False))
+    assert len(a.gaps) >= 2
+    hostile = ['op },{"device": 7} "quoted"', "two\nlines },\n  {"]
+    a = replace(a, gaps=tuple(g._replace(detail=hostile[i % 2]) for i, g in enumerate(a.gaps)))
+    # WHEN written as --json writes it
+    text = encode_json(encoded_document(a)).decode()
+    doc = strict_json(text)
+    # THEN the gaps are to_json's, each its own line of the document
+    assert doc["gaps"] == to_json(a)["gaps"]
+    assert [g["detail"] for g in doc["gaps"]][:2] == hostile
+    lines = [ln for ln in text.splitlines() if ln.startswith('  {"device":')]
+    assert len(lines) == len(a.gaps) and all(json.loads(ln.rstrip(",")) for ln in lines)
 
 
 def test_json_to_stdout_is_json_only(capsys: pytest.CaptureFixture[str]) -> None:
