@@ -159,7 +159,7 @@ def test_random_costs_replayed_together_match_one_at_a_time(
     )
     # WHEN replayed together, and in passes of ``group`` scenarios
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(rp, "_GROUP", group)
+        mp.setattr(rp, "_group", lambda _g, _n: group)
         ends = replay_ends(g, frame_of(a)[1], costs)
     # THEN each is the replay of those costs alone, step by step
     assert_same_as_reference(g, f, costs)
@@ -183,3 +183,16 @@ def test_real_traces_replayed_together_match_one_at_a_time(shared_traces: Path) 
         assert_same_as_reference(g, f, scenarios(a, g, f))
         checked += 1
     assert checked >= 10
+
+
+def test_scenarios_share_a_pass_while_the_graph_is_small() -> None:
+    # GIVEN a sample's graph, and the budget of nodes times scenarios held in one pass
+    g, _ = frame_of(sample(SAMPLE_NAMES[0]))
+    nodes = g.calls + g.activities
+    # THEN six scenarios take one pass on a small graph, and two at a time once six would pass the budget
+    assert rp._group(g, 6) == 6 and rp._group(g, 1) == 2
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(rp, "_NODE_RUNS", nodes * 3)
+        assert rp._group(g, 6) == 3
+        mp.setattr(rp, "_NODE_RUNS", nodes)
+        assert rp._group(g, 6) == 2
