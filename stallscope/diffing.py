@@ -62,7 +62,7 @@ def load_doc(
             raise
         return _saved(doc, path, rank), True
     cache.wait()
-    doc = to_json(replace(a, critical=None))  # a diff reads no path segments; listing them is slow
+    doc = to_json(replace(a, critical=None))  # a diff reads no path segments
     if not full_tops:
         return doc, True
     full = top_tables(a.model, a.window.start_us, a.window.end_us, _ALL)
