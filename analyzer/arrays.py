@@ -64,3 +64,19 @@ def time_order(ts: npt.NDArray[np.float64], dur: npt.NDArray[np.float64]) -> npt
     events = order[where]  # within a run, as given (the sort is stable): lexsort keeps that for full ties
     order[where] = events[np.lexsort((-dur[events], ts[events]))]
     return order
+
+
+def window_max(
+    values: npt.NDArray[np.float64], width: int, at: npt.NDArray[np.integer]
+) -> npt.NDArray[np.float64]:
+    """``values[a : a + width].max()`` for each ``a`` of ``at`` (each window inside ``values``; NaN when it
+    holds a NaN), in time linear in ``len(values)``: the column cut into blocks of ``width``, a window
+    spans the end of one block and the start of the next, whose running maxima from either side are two
+    ``np.maximum.accumulate`` passes."""
+    if width <= 0:
+        return np.full(len(at), -np.inf)
+    blocks = np.concatenate([values, np.full(-len(values) % width, -np.inf)]).reshape(-1, width)
+    from_start = np.maximum.accumulate(blocks, axis=1).reshape(-1)  # its block's start up to it
+    to_end = np.maximum.accumulate(blocks[:, ::-1], axis=1)[:, ::-1].reshape(-1)  # it up to its block's end
+    result: npt.NDArray[np.float64] = np.maximum(to_end[at], from_start[at + (width - 1)])
+    return result

@@ -22,13 +22,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from itertools import repeat
 from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
 from analyzer import intervals
-from analyzer.arrays import distinct, group_order
+from analyzer.arrays import distinct, group_order, window_max
 from analyzer.graph import Graph, per_call
 from analyzer.model import F64, I64, Mask, TraceModel
 from analyzer.names import ApiKind, EventKind
@@ -101,24 +102,30 @@ def find_gaps(
     sites = call_sites(model, np.where((rest.rule != _NO_CALL) & located, rest.launch, -1))
     synced = np.flatnonzero((lead >= 0) & (charge >= rest.share))
     sync_sites = dict(zip(synced.tolist(), call_sites(model, g.call_event[lead[synced]]), strict=True))
-    gaps: list[Gap] = []
     bubbles: dict[int, float] = {}
-    idle: dict[Cause, float] = {c: 0.0 for c in Cause}
-    columns = (lo.tolist(), hi.tolist(), lead.tolist(), charge.tolist(), causes, details, sites)
-    for i, (g0, g1, blocking, charged, cause, detail, site) in enumerate(zip(*columns, strict=True)):
+    for i in np.flatnonzero(lead >= 0).tolist():  # the gaps a sync's lead explains, whole or in part
+        blocking, charged = int(lead[i]), float(charge[i])
         if i in sync_sites:
             e = int(g.call_event[blocking])
             detail = f"{model.name_of(e)} blocked the host {leads.waited[blocking]:.0f} us{_op(model, e)}"
-            if charged < g1 - g0 - 1e-6:
-                detail += f" (explains {charged:.0f} us of the gap; the rest: {cause.value})"
-            cause, site = Cause.SYNC, sync_sites[i]
-        elif blocking >= 0:
-            detail += f" (a sync's lead explains the first {charged:.0f} us)"
-        if blocking >= 0:
-            bubbles[blocking] = bubbles.get(blocking, 0.0) + charged
-        gaps.append(Gap(device, g0, g1, cause, detail, site, blocking, charged))
-        idle[cause] += g1 - g0
-    return GapReport(tuple(gaps), bubbles, idle)
+            if charged < float(hi[i]) - float(lo[i]) - 1e-6:
+                detail += f" (explains {charged:.0f} us of the gap; the rest: {causes[i].value})"
+            causes[i], details[i], sites[i] = Cause.SYNC, detail, sync_sites[i]
+        else:
+            details[i] += f" (a sync's lead explains the first {charged:.0f} us)"
+        bubbles[blocking] = bubbles.get(blocking, 0.0) + charged
+    columns = (lo.tolist(), hi.tolist(), causes, details, sites, lead.tolist(), charge.tolist())
+    gaps = tuple(map(Gap, repeat(device), *columns))
+    return GapReport(gaps, bubbles, _idle_by_cause(hi - lo, causes))
+
+
+def _idle_by_cause(idle: F64, causes: list[Cause]) -> dict[Cause, float]:
+    """Each cause's idle time: its gaps' lengths added one by one in order (a running sum, as a loop
+    over the gaps adds them: the same float to the last bit)."""
+    code = {cause: n for n, cause in enumerate(Cause)}
+    of = np.fromiter(map(code.__getitem__, causes), dtype=np.int8, count=len(causes))
+    totals = {cause: np.cumsum(idle[of == n]) for cause, n in code.items()}
+    return {cause: float(total[-1]) if len(total) else 0.0 for cause, total in totals.items()}
 
 
 def _endings(g: Graph, device: int, gap_end: F64) -> I64:
@@ -297,6 +304,7 @@ class _HostWork:
     """Host ops and annotations per thread, sorted by start, to name what a thread was doing in a gap."""
 
     _SCAN = 256  # ops starting before the gap's end that are looked at
+    _NARROW = 16  # of them, the last ones compared when the others all end before the gap
     _CHUNK = 512  # gaps matched to their ops at a time (a matrix of _CHUNK x _SCAN)
 
     def __init__(self, model: TraceModel) -> None:
@@ -324,29 +332,49 @@ class _HostWork:
     def busiest(self, lanes: I64, g0: F64, g1: F64, rows: Mask, loaders_only: bool = False) -> list[str]:
         """For each gap of ``rows`` (the others get ""), the op (or, with ``loaders_only``, the
         annotation) of its thread that overlaps ``[g0, g1]`` the most, the first of them on a tie, among
-        the ``_SCAN`` that start last before ``g1`` ("" when none overlaps it). A thread's gaps are the
-        rows of a matrix of their ``_SCAN`` ops, ``_CHUNK`` gaps at a time."""
+        the ``_SCAN`` that start last before ``g1`` ("" when none overlaps it). Most gaps overlap only
+        their last few ops: where the latest end among the others is no later than the gap's start (none
+        of them can overlap it), only the last ``_NARROW`` are compared."""
         names = [""] * len(g1)
         for lane in distinct(lanes[rows]).tolist():
             found = self.by_lane.get(lane)
             if found is None:
                 continue
-            idx, ts, end, annotation = found
-            window = np.lib.stride_tricks.sliding_window_view  # row k: the _SCAN ops before op k
-            ts_rows, end_rows = window(ts, self._SCAN), window(end, self._SCAN)
-            annotation_rows = window(annotation, self._SCAN)
             mine = np.flatnonzero(rows & (lanes == lane))
-            before = ts[self._SCAN :].searchsorted(g1[mine], side="left")
-            for at in range(0, len(mine), self._CHUNK):
-                gap, k = mine[at : at + self._CHUNK], before[at : at + self._CHUNK]
-                overlap, started = end_rows[k], ts_rows[k]  # copies, computed on in place
-                np.minimum(overlap, g1[gap, None], out=overlap)
-                np.subtract(overlap, np.maximum(started, g0[gap, None], out=started), out=overlap)
-                if loaders_only:
-                    overlap[~annotation_rows[k]] = 0.0
-                best = overlap.argmax(axis=1)
-                found_op = ~(overlap[np.arange(len(k)), best] <= 0)  # not `> 0`: a NaN overlap is named
-                ops = idx[k[found_op] + best[found_op]]
-                for i, op in zip(gap[found_op].tolist(), ops.tolist(), strict=True):
-                    names[i] = self.model.name_of(op)
+            before = found[1][self._SCAN :].searchsorted(g1[mine], side="left")  # row k: ops k .. k+_SCAN-1
+            last = min(self._NARROW, self._SCAN)
+            others_end = window_max(found[2], self._SCAN - last, before)
+            narrow = others_end <= g0[mine]  # none of the others overlaps the gap (times are finite)
+            for width, pick in ((last, narrow), (self._SCAN, ~narrow)):
+                gaps, first = mine[pick], before[pick] + (self._SCAN - width)
+                self._name_busiest(names, found, width, gaps, first, g0, g1, loaders_only)
         return names
+
+    def _name_busiest(
+        self,
+        names: list[str],
+        ops: tuple[I64, F64, F64, Mask],
+        width: int,
+        gaps: I64,
+        first: I64,
+        g0: F64,
+        g1: F64,
+        loaders_only: bool,
+    ) -> None:
+        """``busiest`` over the ``width`` ops from ``first`` on for each of ``gaps``, as the rows of a
+        matrix, ``_CHUNK`` gaps at a time."""
+        idx, ts, end, annotation = ops
+        window = np.lib.stride_tricks.sliding_window_view  # row k: ops k .. k+width-1
+        ts_rows, end_rows, annotation_rows = window(ts, width), window(end, width), window(annotation, width)
+        for at in range(0, len(gaps), self._CHUNK):
+            gap, k = gaps[at : at + self._CHUNK], first[at : at + self._CHUNK]
+            overlap, started = end_rows[k], ts_rows[k]  # copies, computed on in place
+            np.minimum(overlap, g1[gap, None], out=overlap)
+            np.subtract(overlap, np.maximum(started, g0[gap, None], out=started), out=overlap)
+            if loaders_only:
+                overlap[~annotation_rows[k]] = 0.0
+            best = overlap.argmax(axis=1)
+            found_op = ~(overlap[np.arange(len(k)), best] <= 0)  # not `> 0`: a NaN overlap is named
+            strings, op_names = self.model.strings, self.model.events.name[idx[k[found_op] + best[found_op]]]
+            for i, name in zip(gap[found_op].tolist(), op_names.tolist(), strict=True):
+                names[i] = strings[name]

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analyzer.arrays import distinct, time_order
+from analyzer.arrays import distinct, time_order, window_max
 
 
 @settings(max_examples=200, deadline=None)
@@ -84,3 +84,20 @@ def test_time_order_is_lexsort_of_start_then_longest_first(
         ts = np.sort(ts)
     # THEN the order is lexsort's, ties of both kept as given
     np.testing.assert_array_equal(time_order(ts, dur), np.lexsort((-dur, ts)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.sampled_from([-1.0, 0.0, 2.5, 7.0, np.inf, -np.inf, np.nan]), min_size=1, max_size=40),
+    st.integers(min_value=0, max_value=45),
+    st.data(),
+)
+def test_window_max_is_the_max_of_each_window(values: list[float], width: int, data: st.DataObject) -> None:
+    column = np.array(values)
+    starts = range(len(column) - width + 1) if width else range(len(column) + 1)
+    at = np.array(
+        data.draw(st.lists(st.sampled_from(list(starts)), max_size=10)) if len(starts) else [], dtype=np.int64
+    )
+    got = window_max(column, width, at)
+    expected = [column[a : a + width].max() if width else -np.inf for a in at.tolist()]
+    np.testing.assert_array_equal(got, np.array(expected, dtype=np.float64))

@@ -11,6 +11,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -142,18 +143,29 @@ def test_generated_traces_give_the_same_answers(case: Case) -> None:
             rules_reached(model, min_gap_us)
 
 
-@pytest.mark.parametrize("scan", [1, 3, 256])
+@pytest.mark.parametrize(("scan", "narrow"), [(1, 16), (3, 1), (3, 2), (256, 16), (256, 255)])
 @pytest.mark.parametrize("name", ["input_bound", "launch_bound"])
 def test_busiest_names_the_op_the_reference_names(
-    name: str, scan: int, monkeypatch: pytest.MonkeyPatch
+    name: str, scan: int, narrow: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # GIVEN a thread's ops, a scan of ``scan`` ops, and windows ending at op starts, inside ops and between
-    # them (some of negative length, some overlapped equally by nested ops)
+    # GIVEN a thread's ops, a scan of ``scan`` ops of which the last ``narrow`` are compared alone when the
+    # others end before the window, and windows ending at op starts, inside ops and between them (some of
+    # negative length, some overlapped equally by nested ops)
     monkeypatch.setattr(gaps._HostWork, "_SCAN", scan)
+    monkeypatch.setattr(gaps._HostWork, "_NARROW", narrow)
     monkeypatch.setattr(gaps._HostWork, "_CHUNK", 7)
     monkeypatch.setattr(_HostWork, "_SCAN", scan)
     model = load_file(SAMPLES / f"{name}.pt.trace.json.gz", use_cache=False)
     new, old = gaps._HostWork(model), _HostWork(model)
+    widths: set[int] = set()
+    compare = gaps._HostWork._name_busiest
+
+    def recorded(work: gaps._HostWork, names: list[str], ops: Any, width: int, *rest: Any) -> None:
+        if len(rest[0]):  # gaps compared over the last ``width`` ops
+            widths.add(width)
+        compare(work, names, ops, width, *rest)
+
+    monkeypatch.setattr(gaps._HostWork, "_name_busiest", recorded)
     rng = np.random.default_rng(0)
     named = {False: 0, True: 0}
     for lane, (_, ts, end, _) in old.by_lane.items():
@@ -175,6 +187,8 @@ def test_busiest_names_the_op_the_reference_names(
             assert found == expected
             named[loaders_only] += sum(1 for op in expected if op)
     assert named[False] and (named[True] or name == "launch_bound")  # that trace loads no data
+    if scan == 3:  # some gaps compared over the last ``narrow`` ops only, others over all ``scan``
+        assert widths == {narrow, scan}
 
 
 def reference_gaps(
