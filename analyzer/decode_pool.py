@@ -10,10 +10,12 @@ come back through a pipe, sent by a thread of the worker so that it decodes on w
 with its own piece, has not read them yet. Used only where the process can fork (Linux), for files of
 several pieces. A worker that fails to start leaves the file to this process; one that dies, or cut the
 file differently (it changed while read), makes ``WorkerLost`` raise: the caller parses again alone.
+A caller that knows the file before it is ready to parse it starts the workers early (``start_early``).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import multiprocessing
 import os
@@ -23,7 +25,7 @@ import sys
 import threading
 import warnings
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
@@ -90,13 +92,66 @@ class _Slot:
         self.index, self.length, self.part = index, length, part
 
 
-def parts_in_order(pieces: Pieces, workers: int, make_pieces: Callable[[], Pieces]) -> Iterator[_Part]:
+class _Early:
+    """Workers started on a file before its parse began (``start_early``), and what they were told."""
+
+    def __init__(self, key: Hashable, claims: _Claims, pool: list[_Worker]) -> None:
+        self.key, self.claims, self.pool = key, claims, pool
+
+
+_early: list[_Early] = []  # at most one: started, not yet taken by ``parts_in_order`` nor stopped
+
+
+def start_early(key: Hashable, workers: int, make_pieces: Callable[[], Pieces]) -> None:
+    """Start ``parts_in_order``'s workers now, for the parse that will pass the same ``key`` (the file and
+    how it is read, which ``make_pieces`` must read the same way): they take its first pieces while this
+    process prepares (the command line imports the analysis meanwhile, ~0.1 s). Workers not taken are
+    killed by ``stop_early``, and at exit."""
+    stop_early()
+    context = multiprocessing.get_context("fork") if can_fork() and workers > 0 else None
+    if context is None:
+        return
+    claims = _Claims(context)
+    pool = _start(workers, claims, make_pieces)
+    if pool:
+        _early.append(_Early(key, claims, pool))
+
+
+def stop_early() -> None:
+    """Kill the workers ``start_early`` started that no parse took."""
+    while _early:
+        for worker in _early.pop().pool:
+            worker.stop(finished=False)
+
+
+atexit.register(stop_early)
+
+
+def _take_early(key: Hashable) -> tuple[_Claims, list[_Worker]] | None:
+    """The early workers started for ``key`` (None: none were; any started for another key are killed)."""
+    found = next((early for early in _early if early.key == key), None)
+    if found is None:
+        stop_early()
+        return None
+    _early.remove(found)
+    return found.claims, found.pool
+
+
+def parts_in_order(
+    pieces: Pieces, workers: int, make_pieces: Callable[[], Pieces], key: Hashable = None
+) -> Iterator[_Part]:
     """``part_of`` of every piece of ``pieces``, in order; up to ``workers`` processes make some of them,
     each from its own ``make_pieces()`` (the same file read again, cut the same way; called in the
-    worker). Raises ``WorkerLost`` if a worker dies holding a piece."""
-    context = multiprocessing.get_context("fork") if can_fork() else None
-    claims = _Claims(context) if context is not None and workers > 0 else None
-    pool = _start(workers, claims, make_pieces) if claims is not None else []
+    worker), or the workers ``start_early`` started for ``key``. Raises ``WorkerLost`` if a worker dies
+    holding a piece."""
+    early = _take_early(key) if key is not None else None
+    claims: _Claims | None
+    if early is not None:
+        claims, pool = early
+    else:
+        context = multiprocessing.get_context("fork") if can_fork() else None
+        claims = _Claims(context) if context is not None and workers > 0 else None
+        pool = _start(workers, claims, make_pieces) if claims is not None else []
     if claims is None or not pool:
         yield from map(part_of, pieces)
         return

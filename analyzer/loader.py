@@ -12,7 +12,7 @@ from pathlib import Path
 
 from analyzer import cache
 from analyzer.build import build_model
-from analyzer.decode_pool import WorkerLost, parts_in_order
+from analyzer.decode_pool import WorkerLost, parts_in_order, start_early, stop_early
 from analyzer.errors import TraceError
 from analyzer.model import TraceModel, TraceSet
 from analyzer.raw import BATCH_BYTES, decode
@@ -46,7 +46,10 @@ def load(
     limit = int(max_inflated_mb * 1e6)
     if p.is_dir():
         return _load_folder(p, use_cache, progress, limit, workers)
-    model = load_file(p, use_cache=use_cache, progress=progress, limit=limit, workers=workers)
+    try:
+        model = load_file(p, use_cache=use_cache, progress=progress, limit=limit, workers=workers)
+    finally:
+        stop_early()  # workers ``start_decoding`` started that the parse did not take (a cached model)
     sidecar, problem = embedded_sidecar(p)
     return TraceSet(str(path), (model,), (problem,) if problem else (), sidecar)
 
@@ -213,11 +216,9 @@ def load_file(
             cache.remember_key(path, key, token)
             return cached
     say(f"reading {path.name} ({size / 1e6:.1f} MB)")
-    fmt = "json.gz" if path.name.endswith(".gz") else "json"
-    streamed = size >= _STREAM_MIN_BYTES or (size >= _STREAM_MIN_GZIP_BYTES and _is_gzip(path))
-    if size < (_WORKER_MIN_GZIP_BYTES if fmt == "json.gz" else _WORKER_MIN_BYTES):
-        workers = 0  # one batch or two: a worker would not pay for its start
-    model = _build_streaming(path, fmt, say, limit, workers) if streamed else None
+    fmt = _format(path)
+    streamed = _streamed(path, size)
+    model = _build_streaming(path, fmt, say, limit, _workers_for(fmt, size, workers)) if streamed else None
     if model is None:
         if size > limit:  # not even compressed could it fit
             raise _too_large(path, limit)
@@ -229,6 +230,42 @@ def load_file(
         say("writing the cache")
         cache.store(key, model, path, token)
     return model
+
+
+def start_decoding(
+    path: str | Path, *, use_cache: bool = True, max_inflated_mb: float = MAX_INFLATED_MB, workers: int = 0
+) -> None:
+    """Start the decode workers of ``load(path, ...)`` (same arguments) now, where it will parse a file
+    with them (a large file, not in the model cache): they take its first pieces while the caller
+    prepares (``decode_pool.start_early``). ``load`` stops them if its parse does not take them."""
+    path, limit = Path(path), int(max_inflated_mb * 1e6)
+    try:
+        size = path.stat().st_size
+        if not path.is_file() or not _streamed(path, size) or _workers_for(_format(path), size, workers) < 1:
+            return
+        if use_cache:
+            key = cache.known_key(path)
+            if key is not None and (cache.cache_root() / key).is_dir():
+                return
+        gzipped = _is_gzip(path)
+    except OSError:
+        return
+    start_early((str(path), gzipped, limit), workers, lambda: stream_pieces(blocks(path, gzipped, limit))[1])
+
+
+def _format(path: Path) -> str:
+    return "json.gz" if path.name.endswith(".gz") else "json"
+
+
+def _streamed(path: Path, size: int) -> bool:
+    """Is the file parsed as a stream of pieces (else whole)?"""
+    return size >= _STREAM_MIN_BYTES or (size >= _STREAM_MIN_GZIP_BYTES and _is_gzip(path))
+
+
+def _workers_for(fmt: str, size: int, workers: int) -> int:
+    """Decode workers for a file of ``size`` bytes: none for one batch or two (they would not pay for their
+    start)."""
+    return 0 if size < (_WORKER_MIN_GZIP_BYTES if fmt == "json.gz" else _WORKER_MIN_BYTES) else workers
 
 
 _STREAM_MIN_BYTES = 1 << 20
@@ -255,7 +292,8 @@ def _build_streaming(path: Path, fmt: str, say: Progress, limit: int, workers: i
             doc = stream_document(blocks(path, gzipped, limit))
             return build_model(doc, str(path), fmt, say, limit // EVENT_BYTES)
         doc, pieces = stream_pieces(blocks(path, gzipped, limit))
-        parts = parts_in_order(pieces, workers, lambda: stream_pieces(blocks(path, gzipped, limit))[1])
+        make = lambda: stream_pieces(blocks(path, gzipped, limit))[1]  # noqa: E731 - also run in the workers
+        parts = parts_in_order(pieces, workers, make, key=(str(path), gzipped, limit))
         try:
             return build_model(doc, str(path), fmt, say, limit // EVENT_BYTES, parts)
         except WorkerLost:

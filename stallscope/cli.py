@@ -83,6 +83,7 @@ def _run_analyze(args: argparse.Namespace) -> int:
         if cached.summary is not None and (cached.json is not None or not args.json):
             _emit(args, cached.summary, cached.json)  # the same answer, without loading the trace
             return 0
+    _decode_early(args)
     summary, document = _analyse(args, want_summary or key is not None)
     if key is not None:
         answers.store(key, summary, document)
@@ -91,6 +92,22 @@ def _run_analyze(args: argparse.Namespace) -> int:
 
     cache.wait()  # the model cache was being written while we analysed; finish it before returning
     return 0
+
+
+def _decode_early(args: argparse.Namespace) -> None:
+    """One trace file analysed here: its decode worker starts now, decoding while this process imports
+    the analysis (``analyzer.loader.start_decoding``)."""
+    if len(args.trace) != 1 or args.workers is not None or args.scheduler:
+        return
+    from analyzer.decode_pool import default_workers
+    from analyzer.loader import start_decoding
+
+    start_decoding(
+        args.trace[0],
+        use_cache=not args.no_cache,
+        max_inflated_mb=args.max_inflated_mb,
+        workers=default_workers(),
+    )
 
 
 def _answer_key(args: argparse.Namespace) -> str | None:

@@ -621,6 +621,117 @@ def test_a_decode_worker_builds_the_same_model_of_real_traces(
     assert helped.devices == alone.devices  # memory peaks included
 
 
+@pytest.fixture
+def starts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The number of workers asked for, each time decode workers are started."""
+    from analyzer import decode_pool
+
+    asked: list[int] = []
+    start = decode_pool._start
+
+    def counted(workers: int, *rest: Any) -> Any:
+        asked.append(workers)
+        return start(workers, *rest)
+
+    monkeypatch.setattr(decode_pool, "_start", counted)
+    return asked
+
+
+@needs_fork
+def test_a_decode_worker_started_early_is_the_one_the_parse_takes(
+    tmp_path: Path, small_pieces: list[int], starts: list[int]
+) -> None:
+    from analyzer import decode_pool
+    from analyzer.loader import start_decoding
+
+    # GIVEN a trace cut into many pieces, and its decode worker started before it is loaded
+    path = write_trace_file(tmp_path / "early.pt.trace.json.gz", big_document(2000))
+    start_decoding(path, use_cache=False, workers=1)
+    assert starts == [1]
+    # WHEN it is loaded with a worker
+    helped = load_one(path, use_cache=False, workers=1)
+    # THEN no other worker was started: the early one made some of the pieces, and the model is the one
+    # this process builds alone
+    assert starts == [1] and not decode_pool._early
+    assert len(small_pieces) >= 2
+    assert_same_model(helped, load_one(path, use_cache=False))
+
+
+@needs_fork
+def test_analyze_starts_the_decode_worker_before_importing_the_analysis(
+    tmp_path: Path, small_pieces: list[int], starts: list[int], monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    from analyzer import decode_pool
+    from stallscope import cli
+
+    taken: list[bool] = []
+    take = decode_pool._take_early
+
+    def recorded(key: Any) -> Any:
+        found = take(key)
+        taken.append(found is not None)
+        return found
+
+    monkeypatch.setattr(decode_pool, "_take_early", recorded)
+    # GIVEN a trace cut into many pieces, on a machine given one decode worker
+    monkeypatch.setenv("STALLSCOPE_DECODE_WORKERS", "1")
+    path = write_trace_file(tmp_path / "cli.pt.trace.json.gz", big_document(2000))
+    # WHEN `analyze --json` runs, and again with no worker
+    assert cli.main(["analyze", str(path), "--json", "-", "-q", "--no-cache"]) == 0
+    helped = json.loads(capsys.readouterr().out)
+    # THEN one worker was started (before the parse, which took it), it made some of the pieces, and the
+    # answer is the one without it
+    assert starts == [1] and taken == [True] and len(small_pieces) >= 2
+    monkeypatch.setenv("STALLSCOPE_DECODE_WORKERS", "0")
+    assert cli.main(["analyze", str(path), "--json", "-", "-q", "--no-cache"]) == 0
+    assert helped == json.loads(capsys.readouterr().out)
+    assert starts == [1]
+
+
+@needs_fork
+def test_early_decode_workers_the_parse_does_not_take_are_stopped(
+    tmp_path: Path, small_pieces: list[int], starts: list[int]
+) -> None:
+    from analyzer import decode_pool
+    from analyzer.loader import start_decoding
+
+    # GIVEN a decode worker started early for one trace
+    first = write_trace_file(tmp_path / "first.pt.trace.json", big_document(2000))
+    other = write_trace_file(tmp_path / "other.pt.trace.json", big_document(300))
+    start_decoding(first, use_cache=False, workers=1)
+    (early,) = decode_pool._early
+    # WHEN another trace is loaded
+    helped = load_one(other, use_cache=False, workers=1)
+    # THEN that worker was stopped before its pieces could be taken for the wrong file, and the other trace
+    # had its own worker
+    assert not decode_pool._early and all(not w.process.is_alive() for w in early.pool)
+    assert starts == [1, 1]
+    assert_same_model(helped, load_one(other, use_cache=False))
+
+
+@needs_fork
+def test_no_decode_worker_starts_early_for_a_cached_model_or_a_small_file(
+    tmp_path: Path, small_pieces: list[int], starts: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from analyzer import cache, decode_pool
+    from analyzer.loader import start_decoding
+
+    # GIVEN a trace whose model is in the cache
+    path = write_trace_file(tmp_path / "cached.pt.trace.json", big_document(300))
+    load_one(path)
+    cache.wait()
+    asked = len(starts)
+    # WHEN its decode workers are started early THEN none starts: the load will read the cache
+    start_decoding(path, workers=1)
+    assert len(starts) == asked and not decode_pool._early
+    # nor for a file too small for workers, nor with none asked for
+    with monkeypatch.context() as patch:
+        patch.setattr(analyzer.loader, "_WORKER_MIN_BYTES", path.stat().st_size + 1)
+        start_decoding(path, use_cache=False, workers=1)
+    start_decoding(path, use_cache=False, workers=0)
+    assert len(starts) == asked and not decode_pool._early
+
+
 @needs_fork
 def test_a_decode_worker_that_dies_leaves_the_file_to_this_process(
     tmp_path: Path, small_pieces: list[int], monkeypatch: pytest.MonkeyPatch
