@@ -300,15 +300,16 @@ def replay_ends(g: Graph, f: Frame, costs: Sequence[Costs]) -> list[float]:
     return ends
 
 
-_NODE_RUNS = 2_000_000  # nodes times scenarios replayed in one pass, at most (``_group``)
+_NODE_RUNS = 16_000_000  # nodes times scenarios replayed in one pass, at most (``_group``)
 
 
 def _group(g: Graph, scenarios: int) -> int:
     """Scenarios per pass of ``replay_ends``: all of them while the graph is small enough that their
     times (about 64 bytes a node per scenario) stay within ``_NODE_RUNS`` nodes' worth, else two at a time.
-    Each pass reads the agenda once, shared by its scenarios: on a 1M-event trace (100k nodes) one pass of
-    six took 0.17 s where three of two took 0.21-0.25 s; on a 10M-event trace six scenarios' times would
-    add 250 MB to the peak."""
+    Each pass reads the agenda once, shared by its scenarios: on a 1M-event trace (210k nodes) one pass of
+    six took 0.17 s where three of two took 0.21-0.25 s; on a 10M-event trace (2.1M nodes) 1.4-1.5 s
+    against 1.8-2.6 s, and the process's peak stayed the one the load and the graph's passes reach (2.4 and
+    2.1 GB there, the same with one pass or three). Past ~15M events, two at a time."""
     return max(2, min(scenarios, _NODE_RUNS // max(g.calls + g.activities, 1)))
 
 
