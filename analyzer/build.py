@@ -45,9 +45,19 @@ from analyzer.names import (
     EventKind,
     api_kind,
     event_kind,
+    is_range_category,
 )
 from analyzer.numbers import parse_uint
-from analyzer.raw import EMPTY_ARGS, Batch, CounterSample, Document, RawArgs, RawEvent, paused_gc
+from analyzer.raw import (
+    EMPTY_ARGS,
+    Batch,
+    CounterSample,
+    Document,
+    RawArgs,
+    RawEvent,
+    counter_samples,
+    paused_gc,
+)
 from analyzer.stream import decode_batch
 
 # event phases as small codes: 0 unknown, 1 complete ("X"), 2 instant, 3 flow, 4 metadata, 5 counter
@@ -259,10 +269,12 @@ class _Part:
 def part_of(piece: bytes | memoryview | Batch) -> _Part:
     """A piece of ``stream_pieces`` decoded and made columns, apart from every other batch."""
     with paused_gc():
-        batch = piece if isinstance(piece, Batch) else decode_batch(piece)
+        batch = piece if isinstance(piece, Batch) else decode_batch(piece, counters=False)
         acc = _Accumulator()
+        holds_counters = acc._add_events(batch.events)  # its counter samples: ``merge`` adds them
+        if holds_counters and not isinstance(piece, Batch):  # read as ``decode_batch`` reads them
+            batch.counters = counter_samples(piece, batch.skipped)
         acc.skipped.update(batch.skipped)
-        acc._add_events(batch.events)  # the counter samples go as they are: ``merge`` adds them
         return _Part(
             len(batch.events),
             acc.strings.values(),
@@ -301,6 +313,7 @@ class _Accumulator:
         self.memory_peaks: dict[int, tuple[int, int]] = {}  # device -> (reserved, allocated) peaks
         self.counters = CounterBuilder()
         self._kinds: npt.NDArray[np.int8] = np.zeros(0, dtype=np.int8)
+        self._ranges: Mask = np.zeros(0, dtype=np.bool_)
 
     def add(self, batch: Batch) -> None:
         self.skipped.update(batch.skipped)
@@ -323,9 +336,11 @@ class _Accumulator:
                 table = strings if name in _STRING_CODES else raw if name in _RAW_CODES else None
                 target.setdefault(name, []).append(values if table is None else _mapped(values, table))
 
-    def _add_events(self, events: list[RawEvent]) -> None:
+    def _add_events(self, events: list[RawEvent]) -> bool:
+        """Add the batch's events; True when it holds counter samples (``counter_samples``: a counter
+        event, or a complete event of a profiler range), which ``part_of`` then reads from its text."""
         if not events:
-            return
+            return False
         phases = _take(events, "ph")
         phase = np.fromiter(map(_PHASE.get, phases, repeat(0)), dtype=np.int8, count=len(phases))
         if not phase.all():
@@ -334,8 +349,12 @@ class _Accumulator:
         is_timed = (phase == 1) | (phase == 2)
         timed = list(compress(events, is_timed.tolist()))
         self.timed_seen += len(timed)
-        unlinked = self._add_timed(timed, phase[is_timed] == 2) if timed else False
+        instant = phase[is_timed] == 2
+        unlinked = self._add_timed(timed, instant) if timed else False
         self._add_flows(list(compress(events, (phase == 3).tolist())), positions=unlinked)
+        if (phase == 5).any():
+            return True
+        return bool(timed) and bool(self._is_range()[self.parts["cat"][-1][~instant]].any())
 
     def _add_timed(self, timed: list[RawEvent], instant: Mask) -> bool:
         """Add the batch's timed events; True when some launch call or device event in it carries no
@@ -402,6 +421,14 @@ class _Accumulator:
         """Raise the device's allocator peaks to ``reserved`` and ``allocated`` where they are higher."""
         old = self.memory_peaks.get(device, (-1, -1))
         self.memory_peaks[device] = (max(old[0], reserved), max(old[1], allocated))
+
+    def _is_range(self) -> Mask:
+        """Per interned string: is it a profiler range's category (the table grows as strings are)?"""
+        values = self.strings.values()
+        if len(self._ranges) < len(values):
+            new = [isinstance(v, str) and is_range_category(v) for v in values[len(self._ranges) :]]
+            self._ranges = np.concatenate([self._ranges, np.array(new, dtype=np.bool_)])
+        return self._ranges
 
     def kind_of(self, codes: I64) -> npt.NDArray[np.int8]:
         """EventKind of each category code (the table grows as new strings are interned)."""

@@ -107,14 +107,15 @@ def stream_pieces(source: Iterator[bytes]) -> tuple[Document, Iterator[memoryvie
     return doc, _pieces(source, doc)
 
 
-def decode_batch(text: bytes | memoryview) -> Batch:
-    """One piece of ``stream_pieces``: its events, and its counter samples when it holds any."""
+def decode_batch(text: bytes | memoryview, counters: bool = True) -> Batch:
+    """One piece of ``stream_pieces``: its events, and (unless not ``counters``: the caller finds them)
+    its counter samples when it holds any."""
     try:
         events = _BATCH_DECODER.decode(text)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise NotStreamable(str(exc)) from None
     batch = Batch(events)
-    if _holds_counters(events):
+    if counters and _holds_counters(events):
         batch.counters = counter_samples(text, batch.skipped)
     return batch
 

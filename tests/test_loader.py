@@ -597,6 +597,53 @@ def test_a_decode_worker_builds_the_same_model(
 
 
 @needs_fork
+def test_a_decode_worker_finds_the_counter_samples_this_process_finds(
+    tmp_path: Path, small_pieces: list[int]
+) -> None:
+    # GIVEN a trace cut into many pieces, some holding counter events (one without a value), some profiler
+    # ranges (complete events; an instant of that category is no range), some neither
+    doc = big_document(2000)
+    events = doc["traceEvents"]
+    for i in range(0, len(events), 900):
+        ts = 50.25 * (i // 4)
+        events.insert(
+            i, {"ph": "C", "name": "memory", "pid": HOST, "tid": HOST, "ts": ts, "args": {"bytes": i}}
+        )
+    for i in range(300, len(events), 1700):
+        ts = 50.25 * (i // 4)
+        ranged = span("cuda_profiler_range", "k", ts, 2.0, pid=0, tid=7)
+        events.insert(i, {**ranged, "args": {"sm__cycles": float(i)}})
+        events.insert(
+            i,
+            {
+                "ph": "i",
+                "cat": "cuda_profiler_range",
+                "name": "r",
+                "pid": 0,
+                "tid": 7,
+                "ts": ts,
+                "args": {"n": 1},
+            },
+        )
+    events.insert(
+        5, {"ph": "C", "name": "memory", "pid": HOST, "tid": HOST, "ts": 3, "args": {"bytes": "none"}}
+    )
+    path = write_trace_file(tmp_path / "counters.pt.trace.json", doc)
+    # WHEN loaded alone and with a decode worker
+    alone = load_one(path, use_cache=False)
+    helped = load_one(path, use_cache=False, workers=1)
+    # THEN the worker made some pieces, and the samples (and the one counter skipped) are the same
+    assert len(small_pieces) >= 2
+    assert len(alone.counters.series) == 2 and len(alone.counters) > 10
+    assert helped.counters.series == alone.counters.series
+    for column in ("sample_series", "ts", "value"):
+        np.testing.assert_array_equal(getattr(helped.counters, column), getattr(alone.counters, column))
+    assert helped.report.skipped == alone.report.skipped
+    assert helped.report.skipped.get("counter event without a numeric time and value") == 1
+    assert_same_model(helped, alone)
+
+
+@needs_fork
 @pytest.mark.parametrize(
     "name",
     [
@@ -744,10 +791,10 @@ def test_a_decode_worker_that_dies_leaves_the_file_to_this_process(
     parent = os.getpid()
     real = analyzer.build.decode_batch
 
-    def dies_in_the_worker(piece: Any) -> Any:
+    def dies_in_the_worker(piece: Any, **options: Any) -> Any:
         if os.getpid() != parent:
             os._exit(3)
-        return real(piece)
+        return real(piece, **options)
 
     monkeypatch.setattr(analyzer.build, "decode_batch", dies_in_the_worker)
     from analyzer import decode_pool
