@@ -192,7 +192,8 @@ def launch_bound(a: Analysis) -> list[Finding]:
     kernel_us = float(np.median((g.act_end - g.act_start)[launched]))
     if kernel_us >= interval:
         return []
-    short = [gap for gap in a.gaps if gap.cause in (Cause.HOST, Cause.LAUNCH) and gap.dur_us <= 10 * interval]
+    causes, longest = (Cause.HOST, Cause.LAUNCH), 10 * interval
+    short = [gap for gap in a.gaps if gap.cause in causes and gap.end_us - gap.start_us <= longest]
     cost = sum(gap.dur_us for gap in short)
     if cost < 0.02 * a.window.dur_us:
         return []

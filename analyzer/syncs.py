@@ -137,8 +137,13 @@ def _site(
 
 def _named_sync(model: TraceModel, g: Graph, c: int) -> bool:
     """Explicit synchronize calls count even when they did not have to wait (they still could have)."""
-    api = model.events.api[g.call_event[c]]
-    return bool(api in (ApiKind.SYNC_DEVICE, ApiKind.SYNC_STREAM, ApiKind.SYNC_EVENT))
+    return bool(model.events.api[g.call_event[c]] in _SYNC_APIS)
+
+
+# members read once: an enum member read from its class costs a lookup each time (these run per sync)
+_SYNC_APIS = (ApiKind.SYNC_DEVICE, ApiKind.SYNC_STREAM, ApiKind.SYNC_EVENT)
+_CPU_OP = EventKind.CPU_OP
+_FRAME_KINDS = (EventKind.PYTHON, EventKind.ANNOTATION)
 
 
 def _user_op(model: TraceModel, event: int) -> int:
@@ -149,7 +154,7 @@ def _user_op(model: TraceModel, event: int) -> int:
     for _ in range(256):
         if at < 0:
             break
-        if ev.kind[at] == EventKind.CPU_OP and not is_annotation_name(model.name_of(at)):
+        if ev.kind[at] == _CPU_OP and not is_annotation_name(model.name_of(at)):
             top = at
         at = int(ev.parent[at])
     return top
@@ -160,7 +165,7 @@ def _ops_under(model: TraceModel, top: int, event: int) -> list[str]:
     ev = model.events
     names, at = [], int(ev.parent[event])
     while at >= 0:
-        if ev.kind[at] == EventKind.CPU_OP:
+        if ev.kind[at] == _CPU_OP:
             names.append(model.name_of(at))
         if at == top:
             break
@@ -230,7 +235,7 @@ def _logging(model: TraceModel, event: int, memo: dict[int, bool]) -> bool:
             found = known
             break
         climbed.append(at)
-        if ev.kind[at] in (EventKind.PYTHON, EventKind.ANNOTATION) and _LOGGING.search(model.name_of(at)):
+        if ev.kind[at] in _FRAME_KINDS and _LOGGING.search(model.name_of(at)):
             found = True
             break
         at = int(ev.parent[at])
