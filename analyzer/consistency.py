@@ -83,24 +83,20 @@ def _lifetimes(a: Analysis, out: list[str]) -> None:
         return
     ev = model.events
     host_lanes = [lane.id for lane in model.lanes if lane.kind == LaneKind.HOST]
-    first = {lane: np.inf for lane in host_lanes}
-    last = {lane: -np.inf for lane in host_lanes}
+    first = np.full(len(model.lanes), np.inf)  # per lane: its first start, its last end (host lanes only)
+    last = np.full(len(model.lanes), -np.inf)
+    host = np.zeros(len(model.lanes), dtype=np.bool_)
+    host[host_lanes] = True
     lanes = ev.lane
     for lane in host_lanes:
         on = np.flatnonzero(lanes == lane)
         if len(on):
             first[lane], last[lane] = float(ev.ts[on[0]]), float(ev.end[on].max())
-    host_kinds = {list(Kind).index(k) for k in (Kind.HOST, Kind.INPUT, Kind.SYNC)}
-    bad = 0
-    for k, lane, lo, hi in zip(
-        cp.kind.tolist(), cp.lane.tolist(), cp.start_us.tolist(), cp.end_us.tolist(), strict=True
-    ):
-        if (
-            k in host_kinds
-            and lane in first
-            and (lo < first[lane] - _LIFETIME_SLACK_US or hi > last[lane] + _LIFETIME_SLACK_US)
-        ):
-            bad += 1
+    host_kind = np.array([k in (Kind.HOST, Kind.INPUT, Kind.SYNC) for k in Kind], dtype=np.bool_)
+    at = np.where((cp.lane >= 0) & (cp.lane < len(model.lanes)), cp.lane, 0)  # each segment's lane
+    judged = host_kind[cp.kind] & host[at] & (cp.lane == at)
+    outside = (cp.start_us < first[at] - _LIFETIME_SLACK_US) | (cp.end_us > last[at] + _LIFETIME_SLACK_US)
+    bad = int(np.count_nonzero(judged & outside))
     if bad:
         out.append(f"{bad} host segment(s) of the critical path lie outside their thread's lifetime")
 

@@ -17,6 +17,7 @@ from analyzer.consistency import check
 from analyzer.critical import CriticalPath, Kind
 from analyzer.gaps import Cause
 from analyzer.inputs import input_intervals
+from analyzer.model import LaneKind
 from analyzer.replay import Scenario
 from analyzer.verdict import decide
 
@@ -258,6 +259,40 @@ def test_the_self_check_reports_a_verdict_its_numbers_contradict(write_trace: Wr
     stalled = replace(a.verdict, bottleneck="idle", basis="critical path", utilization=0.9)
     assert any("would save more" in w for w in check(replace(a, verdict=wrong)))
     assert any("stalled" in w and "90%" in w for w in check(replace(a, verdict=stalled)))
+
+
+def test_the_self_check_counts_host_segments_outside_their_threads_lifetime(write_trace: WriteTrace) -> None:
+    # GIVEN an analysis whose critical path has host and device segments
+    a = analysed(write_trace, autograd_step())
+    cp = a.critical
+    assert cp is not None and check(a) == ()
+    host_lanes = {lane.id for lane in a.model.lanes if lane.kind == LaneKind.HOST}
+    kinds = list(Kind)
+    on_host = [
+        i
+        for i, (k, lane) in enumerate(zip(cp.kind.tolist(), cp.lane.tolist(), strict=True))
+        if kinds[k] in (Kind.HOST, Kind.INPUT, Kind.SYNC) and lane in host_lanes
+    ]
+    elsewhere = [i for i in range(len(cp.kind)) if i not in on_host]
+    assert len(on_host) >= 2 and elsewhere
+    # WHEN two host segments are moved past their thread's last event (one by less than the slack), one
+    # before its first, and segments of other kinds (or of no lane) far away
+    start, end = cp.start_us.copy(), cp.end_us.copy()
+    lane = cp.lane.copy()
+    end[on_host[0]] += 1e6
+    start[on_host[1]] -= 1e6
+    if len(on_host) > 2:
+        end[on_host[2]] += 10.0  # within the 50 us of clock rounding allowed
+    start[elsewhere[0]] -= 1e6
+    moved = replace(cp, start_us=start, end_us=end, lane=lane)
+    # THEN the two are counted, and only they
+    assert check(replace(a, critical=moved)) == (
+        "2 host segment(s) of the critical path lie outside their thread's lifetime",
+    )
+    lane[on_host[0]] = -1  # a segment of no lane is not judged
+    assert check(replace(a, critical=replace(moved, lane=lane))) == (
+        "1 host segment(s) of the critical path lie outside their thread's lifetime",
+    )
 
 
 def test_the_whatif_baseline_is_the_window_and_device_work_past_it_is_said(write_trace: WriteTrace) -> None:
