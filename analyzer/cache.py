@@ -9,6 +9,7 @@ write the cache is pruned to its size limit, least recently used entries first (
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import shutil
@@ -177,6 +178,7 @@ class _Child:
             code = 1
             try:
                 signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the parent's
+                _drop_freed_memory()
                 _write_entry(key, model, source, token)
                 code = 0
             finally:
@@ -198,6 +200,15 @@ class _Child:
                 self._done = True
             else:
                 time.sleep(0.005)
+
+
+def _drop_freed_memory() -> None:
+    """In the writer child: unmap, from this process only, the heap memory the parent had freed (glibc's
+    ``malloc_trim``). The parent's analysis reuses that memory; while the child shared it, each page the
+    parent wrote was first copied for it (on a 1M-event trace, tens of MB and ~0.05 s of the parent's
+    time). Elsewhere, nothing."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).malloc_trim(0)
 
 
 _CHILD_LIMIT_S = 600.0
