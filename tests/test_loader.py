@@ -705,7 +705,7 @@ def test_a_decode_worker_started_early_is_the_one_the_parse_takes(
 
 
 @needs_fork
-def test_analyze_starts_the_decode_worker_before_importing_the_analysis(
+def test_analyze_and_report_start_the_decode_worker_before_importing_the_analysis(
     tmp_path: Path, small_pieces: list[int], starts: list[int], monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:
     from analyzer import decode_pool
@@ -733,6 +733,10 @@ def test_analyze_starts_the_decode_worker_before_importing_the_analysis(
     assert cli.main(["analyze", str(path), "--json", "-", "-q", "--no-cache"]) == 0
     assert helped == json.loads(capsys.readouterr().out)
     assert starts == [1]
+    # AND `report` starts it early too (before importing the report's modules)
+    monkeypatch.setenv("STALLSCOPE_DECODE_WORKERS", "1")
+    assert cli.main(["report", str(path), "-o", str(tmp_path / "r.html"), "-q", "--no-cache"]) == 0
+    assert starts == [1, 1] and taken == [True, True] and (tmp_path / "r.html").stat().st_size > 0
 
 
 @needs_fork
