@@ -5,7 +5,10 @@ Work is done per column with list comprehensions and numpy, never per event with
 
 from __future__ import annotations
 
+import mmap
+import platform
 import re
+import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -353,15 +356,11 @@ class _Columns:
             self.lists[name] = [array[:n]]
         elif name not in self.lists:
             self.order.append(name)
-            if self.capacity is not None and values.ndim == 1 and len(values) <= self.capacity:
-                try:
-                    array = np.empty(self.capacity, dtype=values.dtype)
-                except MemoryError:  # no address space for it: a list
-                    pass
-                else:
-                    array[: len(values)] = values
-                    self.filled[name] = (array, len(values))
-                    return
+            reserved = _reserve(self.capacity, values) if self.capacity is not None else None
+            if reserved is not None:
+                reserved[: len(values)] = values
+                self.filled[name] = (reserved, len(values))
+                return
         self.lists.setdefault(name, []).append(values)
 
     def pop(self, name: str) -> npt.NDArray[Any]:
@@ -375,6 +374,29 @@ class _Columns:
     def single(self) -> dict[str, npt.NDArray[Any]]:
         """Each column of a store that was given one batch (``part_of``)."""
         return {name: self.lists[name][0] for name in self.order}
+
+
+def _reserve(capacity: int, like: npt.NDArray[Any]) -> npt.NDArray[Any] | None:
+    """An array of ``capacity`` values of ``like``'s type in an anonymous mapping that the kernel does not
+    count against the memory it may promise (``MAP_NORESERVE``): its pages exist once written. Counted, a
+    model's columns would promise GBs that a ``fork`` (the decode worker, the cache writer) must promise
+    again, and it fails. None where that flag is not known (then the column is a list)."""
+    if like.ndim != 1 or len(like) > capacity or like.dtype.hasobject or _NORESERVE is None:
+        return None
+    try:
+        mapping = mmap.mmap(-1, max(capacity * like.dtype.itemsize, 1), flags=_PRIVATE_ANONYMOUS | _NORESERVE)
+    except (OSError, ValueError, OverflowError):
+        return None
+    return np.frombuffer(mapping, dtype=like.dtype, count=capacity)
+
+
+#: Linux's MAP_NORESERVE where its value is 0x4000 (x86 and Arm); elsewhere columns are lists
+_NORESERVE = (
+    getattr(mmap, "MAP_NORESERVE", 0x4000)
+    if sys.platform.startswith("linux") and platform.machine() in ("x86_64", "aarch64", "arm64", "i686")
+    else None
+)
+_PRIVATE_ANONYMOUS = getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0)
 
 
 class _Accumulator:

@@ -113,3 +113,30 @@ def test_a_model_built_in_place_is_the_model_built_from_lists(
             assert a.dtype == b.dtype, field
             np.testing.assert_array_equal(a, b, err_msg=field)
     assert in_place.lanes == listed.lanes and in_place.strings == listed.strings
+
+
+@pytest.mark.skipif(build._NORESERVE is None, reason="columns are reserved only on Linux (x86, Arm)")
+def test_a_process_holding_models_of_more_columns_than_memory_can_still_fork() -> None:
+    # GIVEN models held at once whose columns' reservations add up to three times this machine's memory
+    # (each column is reserved for the most events a trace may hold; only written pages exist)
+    import os
+
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    first = load_file(SAMPLES / "launch_bound.pt.trace.json.gz", use_cache=False)
+    per_model = sum(
+        len(c.base) * c.dtype.itemsize
+        for c in vars(first.events).values()
+        if isinstance(c, np.ndarray) and c.base is not None and len(c.base) > len(c)
+    )
+    assert per_model > 1e8  # reserved, far beyond the trace's own columns
+    held = [first] + [
+        load_file(SAMPLES / "launch_bound.pt.trace.json.gz", use_cache=False)
+        for _ in range(int(3 * ram // per_model) + 1)
+    ]
+    # WHEN the process forks (as for a decode worker or the cache writer) THEN the kernel lets it: the
+    # reservations are not memory it promised
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert status == 0 and len(held) > 1
