@@ -71,7 +71,9 @@ def test_trace_clock_is_the_profilers_ts_scale(tmp_path: Path) -> None:
     assert len(marks) == 5
     lags = [float(marks[f"stallscope-marker-{i}"]["ts"]) - t for i, t in enumerate(before)]
     assert all(lag >= 0.0 for lag in lags), lags  # the marker never starts before the clock read
-    assert all(lag < 1000.0 for lag in lags), lags
+    # the clocks agree: the closest marker starts within 0.3 ms of its read; the others within 20 ms (a
+    # busy machine can deschedule the thread between the read and the marker for a millisecond or more)
+    assert all(lag < 20_000.0 for lag in lags), lags
     assert min(lags) < 300.0, lags
     # the trace's tid is the OS thread id
     assert {e["tid"] for e in marks.values()} == {threading.get_native_id()}
