@@ -399,6 +399,15 @@ _NORESERVE = (
 _PRIVATE_ANONYMOUS = getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0)
 
 
+def _per_string(table: npt.NDArray[Any], strings: list[Any], of: Callable[[str], Any]) -> npt.NDArray[Any]:
+    """``table`` (``of`` each interned string, in code order) grown to the strings interned since: ``of``
+    of each new string, 0 for a value that is not one (a raw pid or tid)."""
+    if len(table) >= len(strings):
+        return table
+    new = [of(v) if isinstance(v, str) else 0 for v in strings[len(table) :]]
+    return np.concatenate([table, np.array(new, dtype=table.dtype)])
+
+
 class _Accumulator:
     """Columns built batch by batch; strings and raw pid/tid values interned across batches.
     ``capacity``: the most timed events the trace may hold (``_Columns``)."""
@@ -529,24 +538,13 @@ class _Accumulator:
         self.memory_peaks[device] = (max(old[0], reserved), max(old[1], allocated))
 
     def _is_range(self) -> Mask:
-        """Per interned string: is it a profiler range's category (the table grows as strings are)?"""
-        values = self.strings.values()
-        if len(self._ranges) < len(values):
-            new = [isinstance(v, str) and is_range_category(v) for v in values[len(self._ranges) :]]
-            self._ranges = np.concatenate([self._ranges, np.array(new, dtype=np.bool_)])
+        """Per interned string: is it a profiler range's category?"""
+        self._ranges = _per_string(self._ranges, self.strings.values(), is_range_category)
         return self._ranges
 
     def kind_of(self, codes: I64) -> npt.NDArray[np.int8]:
-        """EventKind of each category code (the table grows as new strings are interned)."""
-        values = self.strings.values()
-        if len(self._kinds) < len(values):
-            new = values[len(self._kinds) :]
-            self._kinds = np.concatenate(
-                [
-                    self._kinds,
-                    np.array([event_kind(v) if isinstance(v, str) else 0 for v in new], dtype=np.int8),
-                ]
-            )
+        """EventKind of each category code."""
+        self._kinds = _per_string(self._kinds, self.strings.values(), event_kind)
         return self._kinds[codes]
 
     def _add_flows(self, flows: list[RawEvent], positions: bool) -> None:
