@@ -7,12 +7,12 @@ import gzip
 import io
 import re
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from pathlib import Path
 
 from analyzer import cache
 from analyzer.build import build_model
-from analyzer.decode_pool import WorkerLost, parts_in_order, start_early, stop_early
+from analyzer.decode_pool import Pieces, WorkerLost, default_workers, parts_in_order, start_early, stop_early
 from analyzer.errors import TraceError
 from analyzer.model import TraceModel, TraceSet
 from analyzer.raw import BATCH_BYTES, decode
@@ -233,24 +233,37 @@ def load_file(
 
 
 def start_decoding(
-    path: str | Path, *, use_cache: bool = True, max_inflated_mb: float = MAX_INFLATED_MB, workers: int = 0
+    path: str | Path,
+    *,
+    use_cache: bool = True,
+    max_inflated_mb: float = MAX_INFLATED_MB,
+    workers: int | None = None,
 ) -> None:
-    """Start the decode workers of ``load(path, ...)`` (same arguments) now, where it will parse a file
-    with them (a large file, not in the model cache): they take its first pieces while the caller
-    prepares (``decode_pool.start_early``). ``load`` stops them if its parse does not take them."""
+    """Start the decode workers of ``load(path, ...)`` (same arguments; ``workers``: by default the
+    command line's, ``decode_pool.default_workers``) now, where it will parse a file with them (a large
+    file, not in the model cache): they take its first pieces while the caller prepares
+    (``decode_pool.start_early``). ``load`` stops them if its parse does not take them."""
     path, limit = Path(path), int(max_inflated_mb * 1e6)
+    workers = default_workers() if workers is None else workers
     try:
         size = path.stat().st_size
         if not path.is_file() or not _streamed(path, size) or _workers_for(_format(path), size, workers) < 1:
             return
         if use_cache:
-            key = cache.known_key(path)
-            if key is not None and (cache.cache_root() / key).is_dir():
+            known = cache.known_key(path)
+            if known is not None and (cache.cache_root() / known).is_dir():
                 return
         gzipped = _is_gzip(path)
     except OSError:
         return
-    start_early((str(path), gzipped, limit), workers, lambda: stream_pieces(blocks(path, gzipped, limit))[1])
+    key, make = _rereading(path, gzipped, limit)
+    start_early(key, workers, make)
+
+
+def _rereading(path: Path, gzipped: bool, limit: int) -> tuple[Hashable, Callable[[], Pieces]]:
+    """What decode workers are told of a file: the key its parse is known by (``start_decoding`` and the
+    parse must agree on it), and how to read it again, cut as this process cuts it."""
+    return (str(path), gzipped, limit), lambda: stream_pieces(blocks(path, gzipped, limit))[1]
 
 
 def _format(path: Path) -> str:
@@ -292,8 +305,8 @@ def _build_streaming(path: Path, fmt: str, say: Progress, limit: int, workers: i
             doc = stream_document(blocks(path, gzipped, limit))
             return build_model(doc, str(path), fmt, say, limit // EVENT_BYTES)
         doc, pieces = stream_pieces(blocks(path, gzipped, limit))
-        make = lambda: stream_pieces(blocks(path, gzipped, limit))[1]  # noqa: E731 - also run in the workers
-        parts = parts_in_order(pieces, workers, make, key=(str(path), gzipped, limit))
+        key, make = _rereading(path, gzipped, limit)
+        parts = parts_in_order(pieces, workers, make, key=key)
         try:
             return build_model(doc, str(path), fmt, say, limit // EVENT_BYTES, parts)
         except WorkerLost:

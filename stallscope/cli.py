@@ -99,15 +99,9 @@ def _decode_early(args: argparse.Namespace) -> None:
     the analysis (``analyzer.loader.start_decoding``)."""
     if len(args.trace) != 1 or args.workers is not None or args.scheduler:
         return
-    from analyzer.decode_pool import default_workers
     from analyzer.loader import start_decoding
 
-    start_decoding(
-        args.trace[0],
-        use_cache=not args.no_cache,
-        max_inflated_mb=args.max_inflated_mb,
-        workers=default_workers(),
-    )
+    start_decoding(args.trace[0], use_cache=not args.no_cache, max_inflated_mb=args.max_inflated_mb)
 
 
 def _answer_key(args: argparse.Namespace) -> str | None:

@@ -56,16 +56,10 @@ def _check_writable(out: Path) -> None:
 def run(args: argparse.Namespace) -> int:
     out = Path(args.output) if args.output else default_output(args.trace)
     _check_writable(out)
-    from analyzer.decode_pool import default_workers
     from analyzer.loader import start_decoding
 
     # a trace file's decode worker decodes while the report's modules are imported (plotly among them)
-    start_decoding(
-        args.trace,
-        use_cache=not args.no_cache,
-        max_inflated_mb=args.max_inflated_mb,
-        workers=default_workers(),
-    )
+    start_decoding(args.trace, use_cache=not args.no_cache, max_inflated_mb=args.max_inflated_mb)
     from analyzer import cache
     from analyzer.job.execute import Execution
     from dashboard import report
