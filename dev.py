@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -24,6 +25,11 @@ BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 PY = BIN / "python"
 STAMP = VENV / ".stallscope-setup"
 TORCH = "torch==2.13.0"  # the CPU wheel for development and CI; users bring their own (CUDA) torch
+COMPONENTS = (
+    "analyzer",
+    "collector",
+    "dashboard",
+)  # installed as stallscope.<name> (pyproject's package-dir)
 DEMO_SCRIPT = ROOT / "examples" / "item_logging.py"  # profiled end to end: `.item()` every step
 
 
@@ -45,9 +51,21 @@ def setup() -> None:
     STAMP.write_text(want)
 
 
+def typecheck_tree() -> None:
+    """Lay out the installed import names for mypy, which cannot follow pyproject's package-dir: links to
+    the front's files and to the three component folders under .typecheck/stallscope."""
+    tree = ROOT / ".typecheck" / "stallscope"
+    shutil.rmtree(tree.parent, ignore_errors=True)
+    tree.mkdir(parents=True)
+    front = [p for p in (ROOT / "stallscope").iterdir() if p.name != "__pycache__"]
+    for source in [*front, *(ROOT / c for c in COMPONENTS)]:
+        (tree / source.name).symlink_to(os.path.relpath(source, tree), target_is_directory=source.is_dir())
+
+
 def lint() -> None:
     run(PY, "-m", "ruff", "check", ".")
     run(PY, "-m", "ruff", "format", "--check", ".")
+    typecheck_tree()
     run(PY, "-m", "mypy")
 
 

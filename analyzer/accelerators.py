@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from analyzer.arrays import distinct
-from analyzer.model import I64
-from analyzer.names import (
+from stallscope.analyzer.arrays import distinct
+from stallscope.analyzer.model import I64
+from stallscope.analyzer.names import (
     ACTIVITY_KINDS,
     API_KINDS,
     EventKind,
@@ -24,7 +24,7 @@ from analyzer.names import (
     is_command_category,
     is_range_category,
 )
-from analyzer.raw import RawEvent
+from stallscope.analyzer.raw import RawEvent
 
 
 def refine_commands(kind: npt.NDArray[np.int8], cols: dict[str, Any], values: list[Any]) -> None:

@@ -12,22 +12,22 @@ from enum import Enum
 
 import numpy as np
 
-from analyzer import consistency, intervals
-from analyzer.critical import CriticalPath, critical_path
-from analyzer.findings import Finding, find_findings
-from analyzer.gaps import MIN_GAP_US, Cause, Gap, find_gaps
-from analyzer.graph import Blocking, Graph, build_graph
-from analyzer.inputs import input_intervals, main_thread
-from analyzer.model import F64, LoadReport, TraceModel, TraceSet
-from analyzer.names import EventKind
-from analyzer.pipeline import Pipeline, pipeline_model
-from analyzer.replay import Scenario, make_frame
-from analyzer.runtiming import RunTiming, run_timing
-from analyzer.sidecar import Sidecar
-from analyzer.syncs import Sync, find_syncs
-from analyzer.tops import Tops, top_tables
-from analyzer.verdict import Verdict, decide
-from analyzer.whatif import AvoidablePolicy, WhatIfReport, host_only, what_if
+from stallscope.analyzer import consistency, intervals
+from stallscope.analyzer.critical import CriticalPath, critical_path
+from stallscope.analyzer.findings import Finding, find_findings
+from stallscope.analyzer.gaps import MIN_GAP_US, Cause, Gap, find_gaps
+from stallscope.analyzer.graph import Blocking, Graph, build_graph
+from stallscope.analyzer.inputs import input_intervals, main_thread
+from stallscope.analyzer.model import F64, LoadReport, TraceModel, TraceSet
+from stallscope.analyzer.names import EventKind
+from stallscope.analyzer.pipeline import Pipeline, pipeline_model
+from stallscope.analyzer.replay import Scenario, make_frame
+from stallscope.analyzer.runtiming import RunTiming, run_timing
+from stallscope.analyzer.sidecar import Sidecar
+from stallscope.analyzer.syncs import Sync, find_syncs
+from stallscope.analyzer.tops import Tops, top_tables
+from stallscope.analyzer.verdict import Verdict, decide
+from stallscope.analyzer.whatif import AvoidablePolicy, WhatIfReport, host_only, what_if
 
 SCHEMA = "stallscope.analysis/2"
 
@@ -117,7 +117,7 @@ class Analysis:
     per_rank: dict[int, Summary] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     verdict: Verdict | None = None  # the bottleneck, how it was decided, and its evidence
-    warnings: tuple[str, ...] = ()  # contradictions the self-check found (analyzer.consistency)
+    warnings: tuple[str, ...] = ()  # contradictions the self-check found (stallscope.analyzer.consistency)
     tops: Tops | None = None  # the top ops and kernels (made once here, so that no view rescans events)
 
     @property

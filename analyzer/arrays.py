@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from analyzer.model import I64
+from stallscope.analyzer.model import I64
 
 
 def group_order(keys: npt.NDArray[np.integer]) -> I64:

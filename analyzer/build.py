@@ -19,12 +19,17 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from analyzer.accelerators import accelerator_labels, device_side_calls, format_notes, refine_commands
-from analyzer.arrays import distinct, time_order
-from analyzer.counters import CounterBuilder
-from analyzer.errors import TraceError
-from analyzer.links import resolve_links
-from analyzer.model import (
+from stallscope.analyzer.accelerators import (
+    accelerator_labels,
+    device_side_calls,
+    format_notes,
+    refine_commands,
+)
+from stallscope.analyzer.arrays import distinct, time_order
+from stallscope.analyzer.counters import CounterBuilder
+from stallscope.analyzer.errors import TraceError
+from stallscope.analyzer.links import resolve_links
+from stallscope.analyzer.model import (
     F64,
     I64,
     NO_ID,
@@ -37,7 +42,7 @@ from analyzer.model import (
     Step,
     TraceModel,
 )
-from analyzer.names import (
+from stallscope.analyzer.names import (
     ACTIVITY_KINDS,
     API_KINDS,
     DEVICE_KINDS,
@@ -50,8 +55,8 @@ from analyzer.names import (
     event_kind,
     is_range_category,
 )
-from analyzer.numbers import parse_uint
-from analyzer.raw import (
+from stallscope.analyzer.numbers import parse_uint
+from stallscope.analyzer.raw import (
     EMPTY_ARGS,
     Batch,
     CounterSample,
@@ -61,10 +66,10 @@ from analyzer.raw import (
     counter_samples,
     paused_gc,
 )
-from analyzer.stream import decode_batch
+from stallscope.analyzer.stream import decode_batch
 
 # event phases as small codes: 0 unknown, 1 complete ("X"), 2 instant, 3 flow, 4 metadata, 5 counter
-# (counter values are read from the batch's ``counters``, see ``analyzer.counters``)
+# (counter values are read from the batch's ``counters``, see ``stallscope.analyzer.counters``)
 _PHASE = {"X": 1, "i": 2, "I": 2, "s": 3, "f": 3, "t": 3, "M": 4, "C": 5}
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 #: device events linked to the host call that issued them
@@ -126,7 +131,7 @@ def build_model(
     """Turn a decoded document into the columnar model; malformed events are skipped and counted. More
     than ``max_events`` timed events is a ``TraceError`` as soon as the batch that passes it arrives
     (memory grows with events, however small each is in the file). ``parts``: the document's batches
-    made columns already (``analyzer.decode_pool``), in its order, instead of ``doc.batches``."""
+    made columns already (``stallscope.analyzer.decode_pool``), in its order, instead of ``doc.batches``."""
     with paused_gc():  # only acyclic lists and arrays are made here; collections would just cost time
         return _build(doc, path, fmt, progress or (lambda _msg: None), max_events, parts)
 

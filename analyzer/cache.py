@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from analyzer.cachekeys import (  # re-exported: the loader and the tools know them as cache.*
+from stallscope.analyzer.cachekeys import (  # re-exported: the loader and the tools know them as cache.*
     CACHE_VERSION,
     cache_root,
     hash_file,
@@ -38,7 +38,7 @@ from analyzer.cachekeys import (  # re-exported: the loader and the tools know t
     stat_token,
     touch,
 )
-from analyzer.model import (
+from stallscope.analyzer.model import (
     Counters,
     Device,
     EventTable,

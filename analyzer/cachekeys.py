@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from analyzer.errors import TraceError
+from stallscope.analyzer.errors import TraceError
 
 CACHE_VERSION = 9  # bump whenever the model or the loader changes what it builds
 DEFAULT_LIMIT_MB = 4096  # the whole cache folder, all versions; ``STALLSCOPE_CACHE_MB`` overrides it

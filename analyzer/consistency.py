@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from analyzer.critical import Kind
-from analyzer.gaps import Cause
-from analyzer.model import LaneKind
-from analyzer.verdict import DECISIVE_SHARE
+from stallscope.analyzer.critical import Kind
+from stallscope.analyzer.gaps import Cause
+from stallscope.analyzer.model import LaneKind
+from stallscope.analyzer.verdict import DECISIVE_SHARE
 
-if TYPE_CHECKING:  # analyzer.analysis runs the check
-    from analyzer.analysis import Analysis
+if TYPE_CHECKING:  # stallscope.analyzer.analysis runs the check
+    from stallscope.analyzer.analysis import Analysis
 
 _LIFETIME_SLACK_US = 50.0  # segments may overhang a thread's recorded events by clock rounding
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from analyzer.model import F64, Counters, Series
-from analyzer.raw import CounterSample
+from stallscope.analyzer.model import F64, Counters, Series
+from stallscope.analyzer.raw import CounterSample
 
 _UNITS = frozenset({"bytes", "b", "kb", "mb", "gb", "us", "ms", "ns", "s", "percent", "%", "w", "mhz", "c"})
 MAX_POINTS = 1000  # per series in the analysis document

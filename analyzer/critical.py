@@ -16,11 +16,11 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from analyzer import intervals
-from analyzer.arrays import distinct
-from analyzer.edges import has_waits
-from analyzer.graph import Graph, per_call
-from analyzer.model import F64, I64
+from stallscope.analyzer import intervals
+from stallscope.analyzer.arrays import distinct
+from stallscope.analyzer.edges import has_waits
+from stallscope.analyzer.graph import Graph, per_call
+from stallscope.analyzer.model import F64, I64
 
 
 class Kind(str, Enum):

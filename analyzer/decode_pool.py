@@ -29,8 +29,8 @@ from collections.abc import Callable, Hashable, Iterator
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from analyzer.build import _Part, part_of
-from analyzer.raw import Batch
+from stallscope.analyzer.build import _Part, part_of
+from stallscope.analyzer.raw import Batch
 
 Pieces = Iterator[memoryview | Batch]
 

@@ -1,6 +1,6 @@
 """Before/after comparison of two analyses: what ``stallscope diff A B`` shows and ``check --baseline`` gates.
 
-A diff compares two analysis documents (``analyzer.output.to_json``, schema ``stallscope.analysis/2``, or ``/1``),
+A diff compares two analysis documents (``stallscope.analyzer.output.to_json``, schema ``stallscope.analysis/2``, or ``/1``),
 never the traces: a trace analysed now and an ``analyze --json`` file saved last week compare the same
 way, and every figure is one the analysis itself published. ``side_of`` reads (and checks) a document;
 ``compare`` pairs two sides into a ``Diff``; ``gate`` judges a regression for CI; ``diff_json`` is the
@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import Any
 
-from analyzer.errors import TraceError
+from stallscope.analyzer.errors import TraceError
 
 SCHEMA = "stallscope.diff/1"
 ANALYSIS_SCHEMA = "stallscope.analysis/2"

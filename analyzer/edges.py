@@ -25,8 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from analyzer.arrays import distinct
-from analyzer.model import F64, I64
+from stallscope.analyzer.arrays import distinct
+from stallscope.analyzer.model import F64, I64
 
 DEFAULT_LATENCY_US = 5.0  # launch latency when none can be measured
 _MIN_BOUND_US = 50.0

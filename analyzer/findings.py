@@ -14,17 +14,17 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from analyzer.arrays import distinct
-from analyzer.critical import Kind
-from analyzer.findings_latent import input_advice
-from analyzer.gaps import Cause
-from analyzer.numbers import ratio
-from analyzer.replay import Scenario
-from analyzer.sites import CallSite
-from analyzer.syncs import Reason, Sync, SyncKind
+from stallscope.analyzer.arrays import distinct
+from stallscope.analyzer.critical import Kind
+from stallscope.analyzer.findings_latent import input_advice
+from stallscope.analyzer.gaps import Cause
+from stallscope.analyzer.numbers import ratio
+from stallscope.analyzer.replay import Scenario
+from stallscope.analyzer.sites import CallSite
+from stallscope.analyzer.syncs import Reason, Sync, SyncKind
 
 if TYPE_CHECKING:
-    from analyzer.analysis import Analysis
+    from stallscope.analyzer.analysis import Analysis
 
 
 class Severity(str, Enum):
@@ -248,7 +248,7 @@ RULES: tuple[Callable[[Analysis], list[Finding]], ...] = (
 def all_rules() -> tuple[Callable[[Analysis], list[Finding]], ...]:
     """This module's rules, then the stream rules and the device rules (imported here: they build on
     ``Finding`` and ``severity`` from this module)."""
-    from analyzer import findings_device, findings_latent, findings_streams
+    from stallscope.analyzer import findings_device, findings_latent, findings_streams
 
     return (*RULES, findings_latent.would_sync_on_gpu, *findings_streams.RULES, *findings_device.RULES)
 

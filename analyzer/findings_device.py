@@ -1,7 +1,7 @@
 """Findings about the device itself: allocator syncs, GEMMs that skip the tensor cores, memory near the
 device's capacity, and autoregressive decode loops that read every token back.
 
-Like the rules of ``analyzer.findings``, each rule is a pure function ``rule(a) -> list[Finding]`` over the
+Like the rules of ``stallscope.analyzer.findings``, each rule is a pure function ``rule(a) -> list[Finding]`` over the
 finished analysis (syncs, steps, graph, what-if replays, the model's devices); it changes nothing. Times are
 µs on the trace clock.
 """
@@ -15,16 +15,16 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from analyzer.arrays import distinct
-from analyzer.findings import Finding, Severity, severity, sync_where
-from analyzer.inputs import input_intervals, main_thread
-from analyzer.model import Device
-from analyzer.names import EventKind
-from analyzer.replay import Costs, Scenario, make_frame, replay_ends
-from analyzer.syncs import Sync, SyncKind
+from stallscope.analyzer.arrays import distinct
+from stallscope.analyzer.findings import Finding, Severity, severity, sync_where
+from stallscope.analyzer.inputs import input_intervals, main_thread
+from stallscope.analyzer.model import Device
+from stallscope.analyzer.names import EventKind
+from stallscope.analyzer.replay import Costs, Scenario, make_frame, replay_ends
+from stallscope.analyzer.syncs import Sync, SyncKind
 
 if TYPE_CHECKING:
-    from analyzer.analysis import Analysis
+    from stallscope.analyzer.analysis import Analysis
 
 
 # ----- allocator syncs ---------------------------------------------------------------------------------

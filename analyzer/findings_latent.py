@@ -2,7 +2,7 @@
 CPU-only run, and input advice that knows the program's DataLoader.
 
 A CPU-only run cannot show a sync, but the collector's sidecar saw each sync-prone call and whether its
-tensor would live on the accelerator (``on_device``, from ``collector.origin``). A site is reported when
+tensor would live on the accelerator (``on_device``, from ``stallscope.collector.origin``). A site is reported when
 its tensor would be on the device and it is called inside the profiled steps in most of them (a call
 outside the steps, at setup or after the loop, is never a loop finding). Per-token scalar reads in a
 loop without an optimizer (a decode loop) get decode advice, not training advice.
@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from analyzer.syncs import SyncKind
+from stallscope.analyzer.syncs import SyncKind
 
 if TYPE_CHECKING:
-    from analyzer.analysis import Analysis
-    from analyzer.findings import Finding
+    from stallscope.analyzer.analysis import Analysis
+    from stallscope.analyzer.findings import Finding
 
 _OP_KIND = (  # first match wins: "getitem" must not read as "item"
     (("nonzero", "masked_select", "getitem", "setitem", "unique", "repeat_interleave", "where", "bincount"),
@@ -81,7 +81,7 @@ def would_sync_on_gpu(a: Analysis) -> list[Finding]:
     """On a CPU-only run: each sync-prone site whose tensor would be on the accelerator, called in the
     profiled steps (in at least half of them), with the advice it would need on a GPU (no cost can be
     measured). Without steps, a site needs two calls in the window."""
-    from analyzer.findings import _ADVICE, Finding, Severity
+    from stallscope.analyzer.findings import _ADVICE, Finding, Severity
 
     if a.main_device is not None or a.sidecar is None:
         return []

@@ -1,7 +1,7 @@
 """Findings about streams: copies serialized with compute, streams that never overlap, and a non_blocking
 device-to-host copy read back without waiting for it.
 
-Like the rules of ``analyzer.findings``, each rule is a pure function ``rule(a) -> list[Finding]`` over the
+Like the rules of ``stallscope.analyzer.findings``, each rule is a pure function ``rule(a) -> list[Finding]`` over the
 finished analysis: it reads the dependency graph, the window, the critical path and the model, and changes
 nothing. Times are µs on the trace clock.
 """
@@ -14,20 +14,20 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from analyzer import intervals
-from analyzer.arrays import distinct
-from analyzer.critical import Kind
-from analyzer.findings import Finding, Severity, severity
-from analyzer.graph import Blocking, Graph
-from analyzer.inputs import input_intervals, main_thread
-from analyzer.model import F64, I64, Mask, TraceModel
-from analyzer.names import ApiKind, EventKind, memcpy_is_async
-from analyzer.numbers import ratio
-from analyzer.replay import Costs, make_frame, replay_ends
-from analyzer.sites import CallSite, call_site
+from stallscope.analyzer import intervals
+from stallscope.analyzer.arrays import distinct
+from stallscope.analyzer.critical import Kind
+from stallscope.analyzer.findings import Finding, Severity, severity
+from stallscope.analyzer.graph import Blocking, Graph
+from stallscope.analyzer.inputs import input_intervals, main_thread
+from stallscope.analyzer.model import F64, I64, Mask, TraceModel
+from stallscope.analyzer.names import ApiKind, EventKind, memcpy_is_async
+from stallscope.analyzer.numbers import ratio
+from stallscope.analyzer.replay import Costs, make_frame, replay_ends
+from stallscope.analyzer.sites import CallSite, call_site
 
 if TYPE_CHECKING:
-    from analyzer.analysis import Analysis
+    from stallscope.analyzer.analysis import Analysis
 
 #: copies on compute streams must take at least this share of the window
 COPY_SHARE = 0.05

@@ -12,7 +12,7 @@ judged from the activity that ends it and the host thread that launched that act
   collective (it waits for the other ranks), or was held longer than a plausible launch latency after a
   stream wait or by its CUDA graph's own order;
 - ``launch``: the launch call had started before the gap began and the delay is a plausible launch
-  latency for this device (derived from the trace, ``analyzer.edges``);
+  latency for this device (derived from the trace, ``stallscope.analyzer.edges``);
 - ``host``: the launching thread started the launch only after the gap began (busy with other work);
 - ``unknown``: no launch call is known for the activity, no activity ends the gap, or the activity was
   held past a plausible launch latency by something the trace does not show (the detail says so).
@@ -28,12 +28,12 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from analyzer import intervals
-from analyzer.arrays import distinct, group_order, window_max
-from analyzer.graph import Graph, per_call
-from analyzer.model import F64, I64, Mask, TraceModel
-from analyzer.names import ApiKind, EventKind
-from analyzer.sites import CallSite, call_sites
+from stallscope.analyzer import intervals
+from stallscope.analyzer.arrays import distinct, group_order, window_max
+from stallscope.analyzer.graph import Graph, per_call
+from stallscope.analyzer.model import F64, I64, Mask, TraceModel
+from stallscope.analyzer.names import ApiKind, EventKind
+from stallscope.analyzer.sites import CallSite, call_sites
 
 MIN_GAP_US = 20.0
 _BOUND_US = 2.0  # an event that completed this close to a gap's end is what the gap waited for

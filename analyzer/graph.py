@@ -23,8 +23,8 @@ from enum import IntEnum
 import numpy as np
 import numpy.typing as npt
 
-from analyzer.arrays import distinct, group_order
-from analyzer.edges import (
+from stallscope.analyzer.arrays import distinct, group_order
+from stallscope.analyzer.edges import (
     Activities,
     inferred_waits,
     latest_end,
@@ -32,9 +32,9 @@ from analyzer.edges import (
     start_edges,
     wait_tolerance,
 )
-from analyzer.model import F64, I64, NO_ID, EventTable, Mask, TraceModel
-from analyzer.names import ACTIVITY_KINDS, ApiKind, EventKind, memcpy_is_async
-from analyzer.threads import Threads, handoffs
+from stallscope.analyzer.model import F64, I64, NO_ID, EventTable, Mask, TraceModel
+from stallscope.analyzer.names import ACTIVITY_KINDS, ApiKind, EventKind, memcpy_is_async
+from stallscope.analyzer.threads import Threads, handoffs
 
 SYNC_OWN_US = 5.0  # host cost of a blocking call that waited: not observable, assumed small
 _SCHEDULING = (

@@ -1,6 +1,6 @@
 """Invariants of the dependency graph (DESIGN.md §4: "All edges go forward in time").
 
-``check_graph`` is pure: it reads a :class:`~analyzer.graph.Graph` and returns one line per violation (an
+``check_graph`` is pure: it reads a :class:`~stallscope.analyzer.graph.Graph` and returns one line per violation (an
 empty list when the graph is sound). The replay processes nodes in recorded time order, so every edge
 must go forward in time for that order to be topological; the edge weights must also reproduce the
 recorded times, so that a replay of the unchanged graph gives back the trace:
@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from analyzer.graph import CLOCK_SKEW_US, Blocking, Graph
+from stallscope.analyzer.graph import CLOCK_SKEW_US, Blocking, Graph
 
 _MAX_REPORTED = 20  # per rule: a broken graph breaks the same way many times
 

@@ -6,11 +6,11 @@ import re
 
 import numpy as np
 
-from analyzer import intervals
-from analyzer.arrays import distinct
-from analyzer.graph import Graph
-from analyzer.model import F64, TraceModel
-from analyzer.names import STEP_PREFIX, EventKind
+from stallscope.analyzer import intervals
+from stallscope.analyzer.arrays import distinct
+from stallscope.analyzer.graph import Graph
+from stallscope.analyzer.model import F64, TraceModel
+from stallscope.analyzer.names import STEP_PREFIX, EventKind
 
 #: scope names that say data loading, in any category (user annotations, torch's own
 #: ``enumerate(DataLoader)#_...DataLoaderIter.__next__`` recorded as ``cpu_op`` or legacy ``Operator``):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from analyzer.model import F64
+from stallscope.analyzer.model import F64
 
 NONE: tuple[F64, F64] = (
     np.zeros(0),

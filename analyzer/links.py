@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from analyzer.model import F64, I64, NO_ID, EventTable
-from analyzer.names import DEVICE_KINDS, ApiKind, EventKind
+from stallscope.analyzer.model import F64, I64, NO_ID, EventTable
+from stallscope.analyzer.names import DEVICE_KINDS, ApiKind, EventKind
 
 _MAX_DEPTH = 256  # pointer-chasing bound; real stacks are far shallower
 

@@ -10,14 +10,28 @@ import zlib
 from collections.abc import Callable, Hashable
 from pathlib import Path
 
-from analyzer import cache
-from analyzer.build import build_model
-from analyzer.decode_pool import Pieces, WorkerLost, default_workers, parts_in_order, start_early, stop_early
-from analyzer.errors import TraceError
-from analyzer.model import TraceModel, TraceSet
-from analyzer.raw import BATCH_BYTES, decode
-from analyzer.sidecar import embedded_sidecar, read_sidecar
-from analyzer.stream import NotStreamable, OnlyWhitespace, TooLarge, blocks, stream_document, stream_pieces
+from stallscope.analyzer import cache
+from stallscope.analyzer.build import build_model
+from stallscope.analyzer.decode_pool import (
+    Pieces,
+    WorkerLost,
+    default_workers,
+    parts_in_order,
+    start_early,
+    stop_early,
+)
+from stallscope.analyzer.errors import TraceError
+from stallscope.analyzer.model import TraceModel, TraceSet
+from stallscope.analyzer.raw import BATCH_BYTES, decode
+from stallscope.analyzer.sidecar import embedded_sidecar, read_sidecar
+from stallscope.analyzer.stream import (
+    NotStreamable,
+    OnlyWhitespace,
+    TooLarge,
+    blocks,
+    stream_document,
+    stream_pieces,
+)
 
 Progress = Callable[[str], None]
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -200,7 +214,7 @@ def load_file(
     workers: int = 0,
 ) -> TraceModel:
     """One trace file -> model, from the cache when the same content was built before. ``workers``:
-    processes that help decode a large file (``analyzer.decode_pool``; the command line uses one where
+    processes that help decode a large file (``stallscope.analyzer.decode_pool``; the command line uses one where
     there is a second core)."""
     say = progress or (lambda _msg: None)
     try:
@@ -283,7 +297,9 @@ def _workers_for(fmt: str, size: int, workers: int) -> int:
 
 _STREAM_MIN_BYTES = 1 << 20
 _STREAM_MIN_GZIP_BYTES = 64 << 10  # smaller gzip files inflate to at most ~64 MB (deflate's ratio ~1000)
-_WORKER_MIN_BYTES = 3 * BATCH_BYTES  # files from which decode workers help (``analyzer.decode_pool``)
+_WORKER_MIN_BYTES = (
+    3 * BATCH_BYTES
+)  # files from which decode workers help (``stallscope.analyzer.decode_pool``)
 _WORKER_MIN_GZIP_BYTES = _WORKER_MIN_BYTES // 8  # trace JSON deflates about 8-12 times
 
 

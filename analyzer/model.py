@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from analyzer.names import ACTIVITY_KINDS, EventKind
+from stallscope.analyzer.names import ACTIVITY_KINDS, EventKind
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -251,7 +251,9 @@ class TraceSet:
     path: str
     models: tuple[TraceModel, ...]
     notes: tuple[str, ...] = ()
-    sidecar: Any = None  # analyzer.sidecar.Sidecar of a stallscope bundle (exact sync call sites), or None
+    sidecar: Any = (
+        None  # stallscope.analyzer.sidecar.Sidecar of a stallscope bundle (exact sync call sites), or None
+    )
 
     @property
     def ranks(self) -> list[int]:

@@ -11,14 +11,14 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from analyzer.analysis import SCHEMA, Analysis, StepStats, Summary
-from analyzer.arrays import distinct
-from analyzer.counters import counters_json
-from analyzer.critical import Kind
-from analyzer.gaps import Gap
-from analyzer.sites import CallSite
-from analyzer.syncs import Sync
-from analyzer.tops import tops_of
+from stallscope.analyzer.analysis import SCHEMA, Analysis, StepStats, Summary
+from stallscope.analyzer.arrays import distinct
+from stallscope.analyzer.counters import counters_json
+from stallscope.analyzer.critical import Kind
+from stallscope.analyzer.gaps import Gap
+from stallscope.analyzer.sites import CallSite
+from stallscope.analyzer.syncs import Sync
+from stallscope.analyzer.tops import tops_of
 
 
 class OneLine:

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analyzer import intervals
-from analyzer.graph import Graph
-from analyzer.model import TraceModel
+from stallscope.analyzer import intervals
+from stallscope.analyzer.graph import Graph
+from stallscope.analyzer.model import TraceModel
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from analyzer.errors import TraceError
+from stallscope.analyzer.errors import TraceError
 
 IdValue = int | str | None
 BATCH = 1 << 16  # events per batch when slicing a document held in memory
@@ -102,7 +102,7 @@ KNOWN_KEYS = frozenset(
         "schemaVersion", "traceName", "trace_id", "record_shapes", "with_stack", "with_flops",
         "with_modules", "profile_memory", "cuda_runtime_version", "cuda_driver_version", "cupti_version",
         "hip_runtime_version", "roctracer_version", "rocprofiler_version", "metadata", "host_name",
-        "stallscope",  # the sidecar a stallscope trace carries (analyzer.sidecar.embedded_sidecar)
+        "stallscope",  # the sidecar a stallscope trace carries (stallscope.analyzer.sidecar.embedded_sidecar)
     }
 )  # fmt: skip
 _KEYS_DECODER = msgspec.json.Decoder(dict[str, msgspec.Raw])

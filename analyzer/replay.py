@@ -24,10 +24,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from analyzer import intervals
-from analyzer.edges import has_waits
-from analyzer.graph import Blocking, Graph
-from analyzer.model import F64, I64
+from stallscope.analyzer import intervals
+from stallscope.analyzer.edges import has_waits
+from stallscope.analyzer.graph import Blocking, Graph
+from stallscope.analyzer.model import F64, I64
 
 
 class Scenario(str, Enum):

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from analyzer.numbers import finite_float
+from stallscope.analyzer.numbers import finite_float
 
 TYPICAL_WITHIN = 0.2  # profiled median within ±20% of the run's steady-state median: typical
 

@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from analyzer.model import F64
-from analyzer.numbers import bounded_int, finite_float
-from analyzer.sites import CallSite
+from stallscope.analyzer.model import F64
+from stallscope.analyzer.numbers import bounded_int, finite_float
+from stallscope.analyzer.sites import CallSite
 
 SCHEMA = "stallscope.sidecar/1"
 SIDECAR_NAME = "sidecar.json"
@@ -59,7 +59,9 @@ class Sidecar:
         return None
 
 
-EMBED_KEY = "stallscope"  # the sidecar inside a trace written by stallscope profile (collector.embed)
+EMBED_KEY = (
+    "stallscope"  # the sidecar inside a trace written by stallscope profile (stallscope.collector.embed)
+)
 _EMBED_LIMIT = 64 << 20
 
 

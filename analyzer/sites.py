@@ -14,9 +14,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from analyzer.model import I64, TraceModel
-from analyzer.names import EventKind
-from analyzer.numbers import parse_uint
+from stallscope.analyzer.model import I64, TraceModel
+from stallscope.analyzer.names import EventKind
+from stallscope.analyzer.numbers import parse_uint
 
 _FRAME = re.compile(r"^(?P<file>.+)\((?P<line>[0-9]+)\): (?P<function>.+)$")
 _LIBRARY_PARTS = ("site-packages/", "dist-packages/", "/torch/", "torch/", "/lib/python", "<frozen ")

@@ -3,7 +3,7 @@ boundaries, decode each batch typed. Memory holds one block and one batch, never
 
 Cutting is optimistic: a cut is made at ``}`` ``,`` ``{`` between events. A cut inside a string would leave
 an unterminated string, which fails to decode; any such surprise raises ``NotStreamable`` and the caller
-falls back to decoding the whole document in memory (``analyzer.raw.decode``), which has the precise
+falls back to decoding the whole document in memory (``stallscope.analyzer.raw.decode``), which has the precise
 error messages. Nothing is ever silently mis-parsed.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 
 import msgspec
 
-from analyzer.raw import (
+from stallscope.analyzer.raw import (
     BATCH_BYTES,
     Batch,
     Document,

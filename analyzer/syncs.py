@@ -14,11 +14,11 @@ from enum import Enum
 
 import numpy as np
 
-from analyzer.graph import Blocking, CallActivities, Graph
-from analyzer.model import NO_ID, Step, TraceModel
-from analyzer.names import ApiKind, EventKind, is_annotation_name
-from analyzer.sidecar import Sidecar
-from analyzer.sites import CallSite, call_site
+from stallscope.analyzer.graph import Blocking, CallActivities, Graph
+from stallscope.analyzer.model import NO_ID, Step, TraceModel
+from stallscope.analyzer.names import ApiKind, EventKind, is_annotation_name
+from stallscope.analyzer.sidecar import Sidecar
+from stallscope.analyzer.sites import CallSite, call_site
 
 
 class SyncKind(str, Enum):

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analyzer.arrays import group_order
-from analyzer.model import F64, I64, LaneKind, TraceModel
-from analyzer.names import STEP_PREFIX, EventKind
+from stallscope.analyzer.arrays import group_order
+from stallscope.analyzer.model import F64, I64, LaneKind, TraceModel
+from stallscope.analyzer.names import STEP_PREFIX, EventKind
 
 MIN_GAP_US = 50.0
 _OWN_SHARE = 0.5

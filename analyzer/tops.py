@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from analyzer.findings_device import gemm_kind
-from analyzer.model import TraceModel
-from analyzer.names import EventKind
+from stallscope.analyzer.findings_device import gemm_kind
+from stallscope.analyzer.model import TraceModel
+from stallscope.analyzer.names import EventKind
 
 if TYPE_CHECKING:
-    from analyzer.analysis import Analysis
+    from stallscope.analyzer.analysis import Analysis
 
 TOP = 20  # rows of each table in the JSON
 

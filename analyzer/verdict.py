@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from analyzer.critical import CriticalPath, Kind
+from stallscope.analyzer.critical import CriticalPath, Kind
 
 DECISIVE_SHARE = 0.05
 BALANCED_SHARE = 0.10

@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from analyzer.critical import CriticalPath, Kind
-from analyzer.graph import Blocking, Graph
-from analyzer.model import TraceModel
-from analyzer.replay import Costs, Frame, Scenario, recorded_end, replay_ends
+from stallscope.analyzer.critical import CriticalPath, Kind
+from stallscope.analyzer.graph import Blocking, Graph
+from stallscope.analyzer.model import TraceModel
+from stallscope.analyzer.replay import Costs, Frame, Scenario, recorded_end, replay_ends
 
 #: (model, graph, window start, window end) -> graph call indices of the avoidable blocking calls
 AvoidablePolicy = Callable[[TraceModel, Graph, float, float], frozenset[int]]

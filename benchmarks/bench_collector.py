@@ -25,7 +25,7 @@ trace export) is neither.
 - stallscope: ``stallscope.profile(...)`` with the same skip/warmup/steps (the optimizer hook finds the
   training steps; the decode loop calls ``p.step()``): torch.profiler as above plus the step timer, the
   optimizer hook and step wrapper, the sync-site recorder during the window and, on CPU-only runs, origin
-  tracking until the first step and in the step before the window (`collector.origin`).
+  tracking until the first step and in the step before the window (`stallscope.collector.origin`).
 
 The tables give the median iteration time of each configuration over all blocks, and the ratios the
 targets are about: the median over blocks of the ratio of two configurations' median iterations in the
@@ -284,8 +284,8 @@ def _decode_token_costs(rounds: int = 60, steps: int = 10) -> tuple[float, float
     origin tracking, which is then off): what a recorded call costs inside a real loop. ``rounds`` pairs
     of ``steps`` steps without and with it; "with" is the median without plus the median of the paired
     differences (a busy machine moves both runs of a pair alike)."""
-    from collector.origin import OriginTracker
-    from collector.sites import SyncSiteRecorder
+    from stallscope.collector.origin import OriginTracker
+    from stallscope.collector.sites import SyncSiteRecorder
 
     step, _ = decode_workload()
     latent = not torch.cuda.is_available()

@@ -33,10 +33,10 @@ sys.path.insert(0, str(HERE))
 
 from bench_load import DEFAULT_SOURCE, tiled_trace  # noqa: E402
 
-from dashboard.app import Running, create_app, open_services  # noqa: E402
-from dashboard.pages.explorer import full_view  # noqa: E402
-from dashboard.services import Services  # noqa: E402
-from dashboard.store import Entry  # noqa: E402
+from stallscope.dashboard.app import Running, create_app, open_services  # noqa: E402
+from stallscope.dashboard.pages.explorer import full_view  # noqa: E402
+from stallscope.dashboard.services import Services  # noqa: E402
+from stallscope.dashboard.store import Entry  # noqa: E402
 
 
 def callback(

@@ -37,9 +37,9 @@ CHILD_OURS = r"""
 import json, pickle, resource, sys, time
 from pathlib import Path
 t0 = time.perf_counter()
-from analyzer.job.discover import job_files
-from analyzer.job.execute import Execution, reduce_all
-from analyzer.job.verdict import analyze_job, dedupe
+from stallscope.analyzer.job.discover import job_files
+from stallscope.analyzer.job.execute import Execution, reduce_all
+from stallscope.analyzer.job.verdict import analyze_job, dedupe
 workers = int(sys.argv[2])
 files = job_files([sys.argv[1]])
 how = Execution(workers=None if workers == 1 else workers, use_cache=False)
@@ -50,7 +50,7 @@ def usage():
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_maxrss, r.ru_utime + r.ru_stime
 if workers > 1:
-    import analyzer.job.execute as ex
+    import stallscope.analyzer.job.execute as ex
     from contextlib import contextmanager
     real = ex._client
     @contextmanager

@@ -4,7 +4,7 @@ cost once the analysis is done (the analysis itself grows with the events; bench
 For each size the tiled trace (bench_load.py's) is loaded through the model cache and analysed once in a
 fresh child process; then, fastest of ``--repeat``, in CPU seconds of the child:
 
-  report render      ``dashboard.report.render``: the HTML page (timelines of two steps, charts, tables)
+  report render      ``stallscope.dashboard.report.render``: the HTML page (timelines of two steps, charts, tables)
   overview document  what the dashboard overview reads: ``overview.json`` as the store writes it (the
                      analysis without the critical path's segments), parsed
   whole document     ``analysis.json`` parsed, as the overview did before (and as the API still serves)
@@ -28,11 +28,11 @@ from bench_load import DEFAULT_SOURCE, child, tiled_trace  # noqa: E402
 CHILD = r"""
 import json, resource, sys, time
 from pathlib import Path
-from analyzer.analysis import analyze_model
-from analyzer.loader import load_file
-from analyzer.output import to_json
-from dashboard import report
-from dashboard.store import overview_doc
+from stallscope.analyzer.analysis import analyze_model
+from stallscope.analyzer.loader import load_file
+from stallscope.analyzer.output import to_json
+from stallscope.dashboard import report
+from stallscope.dashboard.store import overview_doc
 repeat = int(sys.argv[2])
 a = analyze_model(load_file(Path(sys.argv[1]), use_cache=True))
 def fastest(fn):

@@ -91,7 +91,7 @@ def floor_pages(folder: Path) -> list[tuple[str, Path]]:
     plotly Python package ships (what a report built with ``fig.to_html`` would carry)."""
     from plotly.offline import get_plotlyjs
 
-    from dashboard.report import _plotly_js
+    from stallscope.dashboard.report import _plotly_js
 
     out = []
     for name, js in (

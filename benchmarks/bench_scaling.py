@@ -41,14 +41,14 @@ from bench_load import DEFAULT_SOURCE, tiled_trace  # noqa: E402
 CHILD = r"""
 import json, resource, sys, time
 from pathlib import Path
-import analyzer
-from analyzer.analysis import analyze_model
-from analyzer.loader import load_file
-from analyzer.output import encode_json
+import stallscope.analyzer
+from stallscope.analyzer.analysis import analyze_model
+from stallscope.analyzer.loader import load_file
+from stallscope.analyzer.output import encode_json
 try:
-    from analyzer.output import encoded_document
+    from stallscope.analyzer.output import encoded_document
 except ImportError:  # a --baseline revision from before it
-    from analyzer.output import to_json as encoded_document
+    from stallscope.analyzer.output import to_json as encoded_document
 try:  # the process settings of the commands (``stallscope.analysing``), each as far as a revision has it
     from stallscope.allocator import keep_freed_memory
     keep_freed_memory()
@@ -74,7 +74,7 @@ doc = encoded_document(result)
 del result, model
 encode_json(doc)
 stage("")
-print(json.dumps({"events": events, "times": times, "cpu": cpu, "analyzer": analyzer.__file__,
+print(json.dumps({"events": events, "times": times, "cpu": cpu, "analyzer": stallscope.analyzer.__file__,
                   "bottleneck": bottleneck,
                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   "system_s": resource.getrusage(resource.RUSAGE_SELF).ru_stime}))

@@ -27,8 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from analyzer import load
-from analyzer.analysis import analyze
+from stallscope.analyzer import load
+from stallscope.analyzer.analysis import analyze
 
 REPO = Path(__file__).resolve().parents[1]
 TRACES = REPO.parent / "shared" / "traces"
@@ -192,7 +192,7 @@ def check_embedded(paths: list[Path], sidecar: Path) -> int:
     import tempfile
 
     sys.path.insert(0, str(REPO))
-    from collector.embed import embed_sidecar
+    from stallscope.collector.embed import embed_sidecar
 
     doc = json.loads(sidecar.read_text())
     failed = 0

@@ -1,5 +1,5 @@
 """The output bundle: a folder with ``<script>-<time>.pt.trace.json.gz`` (standard Kineto JSON, gzip,
-carrying the sidecar under its top-level key ``"stallscope"``: ``collector.embed``) and ``sidecar.json``
+carrying the sidecar under its top-level key ``"stallscope"``: ``stallscope.collector.embed``) and ``sidecar.json``
 (the same document, schema ``stallscope.sidecar/1``, see docs/sidecar.md). Older bundles name the trace
 ``trace.pt.trace.json.gz``; readers find it by its ``.pt.trace.json.gz`` suffix (``bundle_trace``).
 
@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from analyzer.errors import UsageError
+from stallscope.analyzer.errors import UsageError
 
 SCHEMA = "stallscope.sidecar/1"
 TRACE_NAME = "trace.pt.trace.json.gz"

@@ -3,8 +3,8 @@
 torch keeps the stack of torch-function modes per thread, and a mode's ``__exit__`` pops whatever is on
 top, so a mode the collector pushed must come off only from the thread that pushed it and only while it
 is on top: taking it off from under a mode the program pushed later (``with torch.device(...)``) would
-pop the program's mode instead. ``ThreadMode`` holds that rule once; ``collector.origin.OriginTracker``,
-``collector.window.FirstOpTrigger`` and ``collector.sites.SyncSiteRecorder`` (its ``mode`` strategy) use it.
+pop the program's mode instead. ``ThreadMode`` holds that rule once; ``stallscope.collector.origin.OriginTracker``,
+``stallscope.collector.window.FirstOpTrigger`` and ``stallscope.collector.sites.SyncSiteRecorder`` (its ``mode`` strategy) use it.
 
 torch is imported lazily: this module imports without it.
 """

@@ -1,4 +1,4 @@
-"""The profile options and what a session produced (``collector.session``)."""
+"""The profile options and what a session produced (``stallscope.collector.session``)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from analyzer.errors import StallscopeError
-from collector.window import DEFAULT_MAX_EVENTS
+from stallscope.analyzer.errors import StallscopeError
+from stallscope.collector.window import DEFAULT_MAX_EVENTS
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ only (never on GPU runs, where the tensor's own device says it). Any such mode c
 made from Python a few µs (torch's dispatch to Python, most of it whatever the handler does: not per
 aten op, a module's C++ kernels and the backward pass are not slowed), so the session keeps it on only
 from the start to the first step and for the one step before a scheduled window, where the sync sites
-learn their verdict (``collector.session.Session._retrack``, ``collector.sites``); inside the window and
+learn their verdict (``stallscope.collector.session.Session._retrack``, ``stallscope.collector.sites``); inside the window and
 after it, no mode slows the program. The handler itself allocates nothing and imports nothing per call.
 """
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 from types import FunctionType
 from typing import Any
 
-from collector.modes import ThreadMode
+from stallscope.collector.modes import ThreadMode
 
 MARK = "_stallscope_device_bound"
 _PLAIN = (bool, int, float, complex, str)  # outputs that carry no mark: the fast path skips them

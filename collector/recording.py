@@ -13,10 +13,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from analyzer.errors import StallscopeError
-from collector.bundle import TRACE_SUFFIX, Staging, run_metadata, sidecar
-from collector.embed import embed_sidecar
-from collector.session import Capture, ProfileOptions, Session
+from stallscope.analyzer.errors import StallscopeError
+from stallscope.collector.bundle import TRACE_SUFFIX, Staging, run_metadata, sidecar
+from stallscope.collector.embed import embed_sidecar
+from stallscope.collector.session import Capture, ProfileOptions, Session
 
 #: signals that end a profiled program as Ctrl-C does: the bundle is written, the exit code is 128 + n
 ENDING_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))

@@ -21,7 +21,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from collector.scenario import Scenario
+from stallscope.collector.scenario import Scenario
 
 COMM_STREAM = 20
 TRANSFER_US = 150.0

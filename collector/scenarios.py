@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from collector.scenario import (
+from stallscope.collector.scenario import (
     DATALOADER_SPAN,
     CallSite,
     Costs,
@@ -15,7 +15,7 @@ from collector.scenario import (
     WhatIf,
     _num,
 )
-from collector.scenario_model import Gap, JsonDict, SyncTruth
+from stallscope.collector.scenario_model import Gap, JsonDict, SyncTruth
 
 __all__ = [
     "DATALOADER_SPAN",
@@ -501,7 +501,7 @@ def pinned_readback_with_event_sync(
     return _pinned_readback("pinned_readback_with_event_sync", steps, kernel_us, copy_us, synced=True)
 
 
-# ----- device findings (analyzer.findings_device): planted cases and their clean twins ------------------
+# ----- device findings (stallscope.analyzer.findings_device): planted cases and their clean twins ------------------
 
 SGEMM = "ampere_sgemm_128x64_tn"
 SCONV = "void cudnn::detail::implicit_convolve_sgemm<float, float, 1024, 5, 5, 3, 3, 3, 1, true, false, true>"

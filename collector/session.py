@@ -3,12 +3,12 @@
 How the window is chosen (``ProfileOptions``):
 
 - **never the imports**: nothing is recorded until the program's first torch call
-  (``collector.window.FirstOpTrigger``).
+  (``stallscope.collector.window.FirstOpTrigger``).
 - **steps** (the default): a global optimizer step hook and ``stallscope.step()`` mark steps. From the
   first torch call to the first step, everything is recorded (the fallback window, kept only if no step
   ever comes; the event budget ends it early: ``_on_event_budget``). At the first step that recording is
   dropped; with ``--skip`` of 1 or more the next step is recorded alone (the probe: its event count
-  sets how many steps fit in ``max_events``, ``collector.window.budget_steps``; with ``--skip 0`` the
+  sets how many steps fit in ``max_events``, ``stallscope.collector.window.budget_steps``; with ``--skip 0`` the
   dropped recording's count does), then a scheduled profiler takes over,
   ``schedule(skip_first=skip, wait=0, warmup=warmup, active=steps, repeat=1)`` (the probe step counted
   among the skipped), counted from the end of the first iteration: the first (slowest) iteration is
@@ -23,21 +23,21 @@ How the window is chosen (``ProfileOptions``):
   and the fallback's stop and the scheduled profiler's start fall on two different steps.
 - **who marks steps**: the optimizer (its first ``step`` call takes over for good), ``stallscope.step()``
   (wins over the others), or in a loop with neither, the root module's forward calls, or its
-  ``generate`` calls when it generates (``collector.program.ForwardSteps``). Steps are numbered as the
+  ``generate`` calls when it generates (``stallscope.collector.program.ForwardSteps``). Steps are numbered as the
   run counts them: the scheduled profiler's
   ``ProfilerStep#N`` is the run's N-th step.
 - **the program's own profiler**: when it starts one, the session stops its own and never starts another
-  (``collector.program.OwnProfilerWatch``): torch allows one profiler at a time.
+  (``stallscope.collector.program.OwnProfilerWatch``): torch allows one profiler at a time.
 - **duration** (``--duration S``): everything from the first torch call until S seconds after the start (steps still labelled), then
   the profiler stops at the next step or when a SIGALRM timer fires in the main thread, or earlier when
   the event budget is reached (``_on_event_budget``).
 
-- **origin tracking** (CPU-only runs, ``collector.origin``): on from the start to the first step and, in
+- **origin tracking** (CPU-only runs, ``stallscope.collector.origin``): on from the start to the first step and, in
   a scheduled window, for the one step before it (the sync sites learn which reads are would-be syncs);
   off inside the window and after it, where its per-call cost would slow the steps being measured.
 
-The optional collaborators (``collector.sites.SyncSiteRecorder`` for exact sync call sites during the
-window, ``collector.steptiming.StepTimer`` for every step of the run) are used when importable.
+The optional collaborators (``stallscope.collector.sites.SyncSiteRecorder`` for exact sync call sites during the
+window, ``stallscope.collector.steptiming.StepTimer`` for every step of the run) are used when importable.
 
 torch is imported only when a session starts: ``active()`` and ``step()`` are free without one.
 """
@@ -56,12 +56,12 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from analyzer.errors import StallscopeError
-from collector.options import Capture as Capture
-from collector.options import ProfileOptions as ProfileOptions
-from collector.origin import DataLoaderWatch, OriginTracker
-from collector.program import OURS, ForwardSteps, OwnProfilerWatch
-from collector.window import (
+from stallscope.analyzer.errors import StallscopeError
+from stallscope.collector.options import Capture as Capture
+from stallscope.collector.options import ProfileOptions as ProfileOptions
+from stallscope.collector.origin import DataLoaderWatch, OriginTracker
+from stallscope.collector.program import OURS, ForwardSteps, OwnProfilerWatch
+from stallscope.collector.window import (
     EVENTS_PER_CALL,
     EVENTS_PER_CALL_CUDA,
     FirstOpTrigger,
@@ -185,7 +185,7 @@ class Session:
         self.cuda = bool(torch.cuda.is_available())
         if not self.cuda:
             self.notes.append("no CUDA device available: profiling the CPU only")
-        timer_cls = _optional("collector.steptiming", "StepTimer")
+        timer_cls = _optional("stallscope.collector.steptiming", "StepTimer")
         self._timer = timer_cls() if timer_cls is not None else None
         from torch.optim.optimizer import (
             register_optimizer_step_post_hook,
@@ -624,7 +624,7 @@ class Session:
         if self._recorder is not None:
             self._recorder.learning = learning
             return
-        recorder_cls = _optional("collector.sites", "SyncSiteRecorder")
+        recorder_cls = _optional("stallscope.collector.sites", "SyncSiteRecorder")
         if recorder_cls is not None:
             # ~0 cost on non-sync ops (a mode: +2-3 us per op)
             self._recorder = recorder_cls(strategy="patch", latent=not self.cuda)
@@ -647,7 +647,7 @@ class Session:
     def _retrack(self) -> None:
         """At a step boundary, put origin tracking on or off (``_wants_origin``). It slows every torch call
         made from Python (a mode), so inside a scheduled window it is off: a sync site's calls count as
-        device-bound when the learning step found them so (``collector.sites``). It goes back on only on
+        device-bound when the learning step found them so (``stallscope.collector.sites``). It goes back on only on
         an empty mode stack (a mode pushed under a program's own would be popped by the program's exit)."""
         origin = self._origin
         if origin is None or threading.get_ident() != self._thread:

@@ -2,7 +2,7 @@
 
 ``with SyncSiteRecorder() as rec: ...`` then ``rec.records()`` gives the sidecar's ``sync_sites``
 (``docs/sidecar.md``): one record per (file, line, function, op, thread) with the call count and the start
-time of each call on the trace clock (:mod:`collector.clock`).
+time of each call on the trace clock (:mod:`stallscope.collector.clock`).
 
 How: a :class:`torch.overrides.TorchFunctionMode` sees every tensor method and torch function; only the
 sync-prone ones (a dict lookup, plus a cheap argument check for ``to``/``copy_``/indexing/...) do any
@@ -35,7 +35,7 @@ Decisions:
   of pushing a mode: the other torch calls then cost nothing extra (a TorchFunctionMode adds about 2-3 µs
   to *every* torch call, whatever its handler does), and every thread is covered; calls through aliases
   bound before entry (``from torch import nonzero``) are missed.
-- Learning (``patch`` strategy, CPU-only runs): while ``tracked`` (``collector.origin``'s tracking is
+- Learning (``patch`` strategy, CPU-only runs): while ``tracked`` (``stallscope.collector.origin``'s tracking is
   on) the sites whose tensor would be on the accelerator are kept; while ``learning`` too, calls are
   only learnt from, not logged. A call logged while not tracked counts as on the device when its site
   was known to be. So origin tracking, a mode that slows every torch call, can be on for the step
@@ -49,6 +49,7 @@ Decisions:
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 import sys
 import sysconfig
@@ -58,14 +59,25 @@ from collections.abc import Callable
 from types import CodeType, FrameType
 from typing import Any
 
-from collector.clock import TRACE_BASE_NS
-from collector.modes import ThreadMode
-from collector.origin import bound_tensor, device_bound, torch_types
+from stallscope.collector.clock import TRACE_BASE_NS
+from stallscope.collector.modes import ThreadMode
+from stallscope.collector.origin import bound_tensor, device_bound, torch_types
 
 _LIB, _USER, _OURS = 0, 1, 2
-_OUR_PACKAGES = ("collector", "analyzer", "stallscope", "dashboard")
+#: stallscope's packages: one folder tree when installed, four folders in a checkout (pyproject's package-dir)
+_OUR_PACKAGES = ("stallscope", "stallscope.analyzer", "stallscope.collector", "stallscope.dashboard")
 _LIB_PREFIXES = ("<frozen ", "<eval_with_key>", "<torch_package_", "<built-in")
 _Pred = Callable[[tuple[Any, ...], "dict[str, Any] | None"], bool]
+
+
+def _our_folders() -> tuple[str, ...]:
+    """The folders stallscope's own code is read from (found without importing the packages)."""
+    folders: list[str] = []
+    for name in _OUR_PACKAGES:
+        spec = importlib.util.find_spec(name)
+        for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+            folders.append(os.path.realpath(folder) + os.sep)
+    return tuple(folders)
 
 
 class _FrameFilter:
@@ -74,10 +86,8 @@ class _FrameFilter:
     def __init__(self) -> None:
         import torch
 
-        here = os.path.realpath(__file__)
-        root = os.path.dirname(os.path.dirname(here))
-        self.this_file = here
-        self.ours = tuple(os.path.join(root, p) + os.sep for p in _OUR_PACKAGES)
+        self.this_file = os.path.realpath(__file__)
+        self.ours = _our_folders()
         libs = {
             os.path.dirname(os.path.realpath(torch.__file__)),
             os.path.dirname(os.path.realpath(os.__file__)),
@@ -324,7 +334,7 @@ class SyncSiteRecorder:
         self._filter = _frame_filter()
         self._log: list[_Call] = []  # one entry per recorded call; aggregated by ``records()``
         self._wrap_synchronize = wrap_synchronize
-        # CPU-only run: whether a call's tensor would be on the accelerator comes from collector.origin
+        # CPU-only run: whether a call's tensor would be on the accelerator comes from stallscope.collector.origin
         self._latent = latent
         # CPU-only runs (see "Learning" in the module docstring): ``tracked`` while origin tracking is on
         # (the sites whose tensor would be on the accelerator are kept in ``_known``); ``learning``: do
@@ -369,7 +379,7 @@ class SyncSiteRecorder:
     # recording -------------------------------------------------------------------------------------------
     def _on_device(self, op: str, args: tuple[Any, ...], direct: bool) -> bool:
         """Whether the call's tensor is on the accelerator (a GPU run) or would be (a CPU-only run: see
-        ``collector.origin``). For a copy the source counts. On a CPU-only run a ``.to(device)`` or
+        ``stallscope.collector.origin``). For a copy the source counts. On a CPU-only run a ``.to(device)`` or
         ``copy_`` made inside a library (``model.to(device)``, ``clip_grad_norm_``) is never a copy
         to the host: its direction is the library's business, and on the host it is a no-op."""
         t = args[1] if op == "Tensor.copy_" and len(args) > 1 else (args[0] if args else None)
@@ -463,10 +473,10 @@ class SyncSiteRecorder:
         last_user: CodeType | None = None  # the last user code seen: the usual next caller
 
         def latent_device(args: tuple[Any, ...], direct: bool) -> bool:
-            """CPU-only run: whether the call's tensor would be on the accelerator (``collector.origin``)."""
+            """CPU-only run: whether the call's tensor would be on the accelerator (``stallscope.collector.origin``)."""
             if directed:
                 return on_device(op, args, direct)
-            t = args[0] if args else None  # ``collector.origin.device_bound``, one call
+            t = args[0] if args else None  # ``stallscope.collector.origin.device_bound``, one call
             return isinstance(t, tensor) and bound_tensor(t, types)
 
         @functools.wraps(original)

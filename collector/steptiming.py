@@ -25,7 +25,7 @@ from collections import deque
 from time import perf_counter_ns
 from typing import Any
 
-from collector.clock import to_trace_us
+from stallscope.collector.clock import to_trace_us
 
 HARVEST_EVERY = 64
 MAX_LISTED = 10_000  # per-step lists in the summary are cut to the first this many steps

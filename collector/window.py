@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from collector.modes import ThreadMode
+from stallscope.collector.modes import ThreadMode
 
 DEFAULT_MAX_EVENTS = 500_000  # about 10 MB of gzip trace; torch writes it in tens of seconds on one core
 

@@ -18,9 +18,9 @@ import logging
 from flask import Blueprint, Flask, Response, jsonify, request
 from werkzeug.exceptions import HTTPException
 
-from dashboard.services import Services
-from dashboard.store import CorruptEntry, NotReady, TooLarge, UnknownTrace
-from dashboard.unpack import BadUpload
+from stallscope.dashboard.services import Services
+from stallscope.dashboard.store import CorruptEntry, NotReady, TooLarge, UnknownTrace
+from stallscope.dashboard.unpack import BadUpload
 
 log = logging.getLogger("stallscope.dashboard")
 

@@ -15,13 +15,13 @@ from dash import dcc, html
 from flask import Flask
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
-from dashboard import pages
-from dashboard.api import register_api
-from dashboard.pages.common import Shell
-from dashboard.palette import FONT_FAMILY, TEXT
-from dashboard.services import Services
-from dashboard.store import Store
-from dashboard.worker import Limits, Worker
+from stallscope.dashboard import pages
+from stallscope.dashboard.api import register_api
+from stallscope.dashboard.pages.common import Shell
+from stallscope.dashboard.palette import FONT_FAMILY, TEXT
+from stallscope.dashboard.services import Services
+from stallscope.dashboard.store import Store
+from stallscope.dashboard.worker import Limits, Worker
 
 DEFAULT_MAX_UPLOAD_MB = 512
 

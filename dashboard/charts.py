@@ -1,9 +1,9 @@
 """Summary charts of an analysis: idle by cause, critical path by kind, per-step stacked bars and the
 pipeline model (serial vs pipelined). Shared by the HTML report and the Dash dashboard.
 
-Every function takes the analysis JSON (``analyzer.output.to_json``, schema ``stallscope.analysis/2``), so
+Every function takes the analysis JSON (``stallscope.analyzer.output.to_json``, schema ``stallscope.analysis/2``), so
 a chart draws exactly the numbers the JSON holds and works on an uploaded analysis as well as on a live
-one. Colours come from ``dashboard.palette``. Trace text (step names) is HTML-escaped before plotly sees
+one. Colours come from ``stallscope.dashboard.palette``. Trace text (step names) is HTML-escaped before plotly sees
 it: plotly renders a subset of HTML in labels.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from dashboard import palette
+from stallscope.dashboard import palette
 
 Doc = dict[str, Any]
 

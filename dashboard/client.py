@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from analyzer.errors import StallscopeError
+from stallscope.analyzer.errors import StallscopeError
 
 _CHUNK = 1 << 20
 

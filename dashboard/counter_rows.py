@@ -1,5 +1,5 @@
 """Counter rows of the timeline: each counter series of the trace (``model.Counters``) as a step line in a
-row of its own, scaled to the row (hover for the value). Used by ``dashboard.timeline`` for the HTML
+row of its own, scaled to the row (hover for the value). Used by ``stallscope.dashboard.timeline`` for the HTML
 report and the dashboard alike; the samples are only selected and decimated here, never re-derived."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from dataclasses import dataclass
 import numpy as np
 import plotly.graph_objects as go
 
-from analyzer.counters import decimate
-from analyzer.model import F64, TraceModel
-from dashboard import palette
+from stallscope.analyzer.counters import decimate
+from stallscope.analyzer.model import F64, TraceModel
+from stallscope.dashboard import palette
 
 MAX_ROWS = 8  # counter rows drawn; the others are named in the row label of the last one
 _BAND = 0.38  # half the height of a row the line may use

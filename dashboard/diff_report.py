@@ -1,6 +1,6 @@
 """The standalone HTML page of ``stallscope diff A B --report OUT``: the comparison of two runs.
 
-Renders the ``stallscope.diff/1`` document (``analyzer.diff.diff_json``) and nothing else: every figure
+Renders the ``stallscope.diff/1`` document (``stallscope.analyzer.diff.diff_json``) and nothing else: every figure
 was computed by the diff, which read only the two analyses. Trace text (op, kernel and step names, call
 sites, paths) is hostile: the template is rendered by Jinja with autoescape on, the document is embedded
 with ``|tojson`` in a ``<script type="application/json">`` block, and no markup is built from a trace
@@ -12,9 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from analyzer.critical import VERDICT
-from dashboard import palette
-from dashboard.report import _environment, ms
+from stallscope.analyzer.critical import VERDICT
+from stallscope.dashboard import palette
+from stallscope.dashboard.report import _environment, ms
 
 Doc = dict[str, Any]
 ABSENT = "—"  # a figure that does not exist on that side (a CPU-only run's device idle)

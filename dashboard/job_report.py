@@ -1,5 +1,5 @@
 """The job part of the HTML report: a rank x step heatmap (wall, device idle, collective wait) and a skew
-chart per collective, read from the analysis JSON's ``job`` key (``analyzer.job.output.job_json``).
+chart per collective, read from the analysis JSON's ``job`` key (``stallscope.analyzer.job.output.job_json``).
 
 The heatmaps are HTML tables whose cells carry a computed background colour (no plotly trace type beyond
 the vendored "basic" bundle); the skew charts are plotly bars. Trace text (step names, call sites, paths)
@@ -14,7 +14,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from dashboard import palette
+from stallscope.dashboard import palette
 
 Doc = dict[str, Any]
 MAX_SKEW_CHARTS = 6  # collectives drawn (the costliest by waiting)

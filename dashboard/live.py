@@ -13,14 +13,14 @@ import threading
 from collections import OrderedDict
 from pathlib import Path
 
-from analyzer.analysis import Analysis, analyze_model
-from analyzer.graph import Graph
-from analyzer.inputs import input_intervals, main_thread
-from analyzer.model import TraceModel
-from analyzer.replay import Costs, Replay, Scenario, make_frame, replay
-from analyzer.sidecar import Sidecar, read_sidecar
-from analyzer.whatif import scenario_costs
-from dashboard.store import Store
+from stallscope.analyzer.analysis import Analysis, analyze_model
+from stallscope.analyzer.graph import Graph
+from stallscope.analyzer.inputs import input_intervals, main_thread
+from stallscope.analyzer.model import TraceModel
+from stallscope.analyzer.replay import Costs, Replay, Scenario, make_frame, replay
+from stallscope.analyzer.sidecar import Sidecar, read_sidecar
+from stallscope.analyzer.whatif import scenario_costs
+from stallscope.dashboard.store import Store
 
 _KEPT = 3
 

@@ -1,8 +1,8 @@
 """The standalone HTML report: one self-contained file that renders an ``Analysis`` and says what to fix.
 
 The report renders the analyzer's result only (DESIGN.md §1): the verdict, findings, syncs, what-if and
-pipeline numbers are read from the analysis JSON (``analyzer.output.to_json``), the timelines from
-``dashboard.timeline.extract`` and the charts from ``dashboard.charts``. Nothing is recomputed.
+pipeline numbers are read from the analysis JSON (``stallscope.analyzer.output.to_json``), the timelines from
+``stallscope.dashboard.timeline.extract`` and the charts from ``stallscope.dashboard.charts``. Nothing is recomputed.
 
 Trace text is hostile. The template is rendered by Jinja with autoescape on; figures and data are embedded
 as JSON with ``|tojson`` (which escapes ``<``, ``>``, ``&`` and ``'``) inside ``<script
@@ -25,14 +25,14 @@ import jinja2
 import plotly.graph_objects as go
 from markupsafe import Markup
 
-from analyzer.analysis import Analysis
-from analyzer.critical import VERDICT
-from analyzer.findings_latent import UNMEASURED, measured
-from analyzer.job.output import job_json
-from analyzer.job.result import JobAnalysis
-from analyzer.output import to_json
-from dashboard import charts, job_report, palette, timeline
-from dashboard.headline import best_saving, cpu_only
+from stallscope.analyzer.analysis import Analysis
+from stallscope.analyzer.critical import VERDICT
+from stallscope.analyzer.findings_latent import UNMEASURED, measured
+from stallscope.analyzer.job.output import job_json
+from stallscope.analyzer.job.result import JobAnalysis
+from stallscope.analyzer.output import to_json
+from stallscope.dashboard import charts, job_report, palette, timeline
+from stallscope.dashboard.headline import best_saving, cpu_only
 
 Progress = Callable[[str], None]
 Doc = dict[str, Any]
@@ -78,7 +78,7 @@ def render(
     job: JobAnalysis | None = None,
 ) -> str:
     """The report of ``analysis`` as one HTML document (plotly.js inlined unless ``options.cdn``); with
-    ``job``, the whole job's section too (``dashboard.job_report``)."""
+    ``job``, the whole job's section too (``stallscope.dashboard.job_report``)."""
     opts = options or ReportOptions()
     say = progress or (lambda _msg: None)
     say("report: collecting the analysis")
@@ -150,7 +150,7 @@ def write(
 @cache
 def _environment() -> jinja2.Environment:
     return jinja2.Environment(
-        loader=jinja2.PackageLoader("dashboard", "templates"),
+        loader=jinja2.PackageLoader("stallscope.dashboard", "templates"),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dashboard.live import LiveAnalyses
-from dashboard.store import Store
-from dashboard.worker import Worker
+from stallscope.dashboard.live import LiveAnalyses
+from stallscope.dashboard.store import Store
+from stallscope.dashboard.worker import Worker
 
 
 @dataclass(frozen=True)

@@ -37,11 +37,11 @@ from typing import IO, Any, NoReturn
 
 import pyarrow as pa
 
-from analyzer.cache import MODEL_FILES, read_model, write_model  # the cache's own Parquet layout
-from analyzer.errors import StallscopeError
-from analyzer.model import TraceModel
-from dashboard.headline import catalog_summary
-from dashboard.unpack import BadUpload, place
+from stallscope.analyzer.cache import MODEL_FILES, read_model, write_model  # the cache's own Parquet layout
+from stallscope.analyzer.errors import StallscopeError
+from stallscope.analyzer.model import TraceModel
+from stallscope.dashboard.headline import catalog_summary
+from stallscope.dashboard.unpack import BadUpload, place
 
 ID_RE = re.compile(r"[0-9a-f]{32}")
 OVERVIEW = "overview.json"  # the analysis without the critical path's segments (``Store.overview``)
@@ -219,7 +219,7 @@ class Store:
     def save_result(self, trace_id: str, model: TraceModel, analysis: dict[str, Any]) -> Entry:
         """Write the trace model (Parquet) and the analysis JSON, then mark the entry ``ready`` with its
         headline numbers, all or nothing."""
-        from analyzer.output import encode_compact
+        from stallscope.analyzer.output import encode_compact
 
         folder = self._folder(trace_id)
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=folder))

@@ -25,15 +25,15 @@ import numpy as np
 import numpy.typing as npt
 import plotly.graph_objects as go
 
-from analyzer.analysis import Analysis
-from analyzer.arrays import distinct
-from analyzer.critical import Kind
-from analyzer.graph import Blocking
-from analyzer.model import F64, I64, LaneKind, Mask, TraceModel, of_kind
-from analyzer.names import ACTIVITY_KINDS, EventKind
-from analyzer.sites import call_site
-from dashboard import palette
-from dashboard.counter_rows import CounterRow, add_counters, counter_rows
+from stallscope.analyzer.analysis import Analysis
+from stallscope.analyzer.arrays import distinct
+from stallscope.analyzer.critical import Kind
+from stallscope.analyzer.graph import Blocking
+from stallscope.analyzer.model import F64, I64, LaneKind, Mask, TraceModel, of_kind
+from stallscope.analyzer.names import ACTIVITY_KINDS, EventKind
+from stallscope.analyzer.sites import call_site
+from stallscope.dashboard import palette
+from stallscope.dashboard.counter_rows import CounterRow, add_counters, counter_rows
 
 DEFAULT_MAX_ITEMS = 400  # per row: one item per ~3 pixels of a laptop-width plot
 _MAX_ANCESTORS = 512  # the same bound the call-site walk uses

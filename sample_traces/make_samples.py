@@ -2,7 +2,7 @@
 
     python sample_traces/make_samples.py
 
-writes, next to this file, one ``<name>.pt.trace.json.gz`` per scenario of ``collector.scenario``,
+writes, next to this file, one ``<name>.pt.trace.json.gz`` per scenario of ``stallscope.collector.scenario``,
 ``expected.json`` (the simulated ground truth, keyed by file name) and ``EXPECTED.md`` (the same, for people).
 Running it twice produces byte-identical files.
 """
@@ -18,7 +18,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from collector import scenarios as sc  # noqa: E402
+from stallscope.collector import scenarios as sc  # noqa: E402
 
 Build = Callable[[sc.WhatIf], sc.Scenario]
 

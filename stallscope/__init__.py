@@ -9,23 +9,23 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from analyzer.analysis import Analysis, analyze
-    from analyzer.errors import StallscopeError, TraceError, UsageError
-    from analyzer.loader import load
-    from analyzer.output import to_json
+    from stallscope.analyzer.analysis import Analysis, analyze
+    from stallscope.analyzer.errors import StallscopeError, TraceError, UsageError
+    from stallscope.analyzer.loader import load
+    from stallscope.analyzer.output import to_json
     from stallscope.api import Profile, profile, profiled, step
 
 __version__ = "0.1.0"
 
 #: public name -> the module that defines it
 _HOMES = {
-    "Analysis": "analyzer.analysis",
-    "analyze": "analyzer.analysis",
-    "StallscopeError": "analyzer.errors",
-    "TraceError": "analyzer.errors",
-    "UsageError": "analyzer.errors",
-    "load": "analyzer.loader",
-    "to_json": "analyzer.output",
+    "Analysis": "stallscope.analyzer.analysis",
+    "analyze": "stallscope.analyzer.analysis",
+    "StallscopeError": "stallscope.analyzer.errors",
+    "TraceError": "stallscope.analyzer.errors",
+    "UsageError": "stallscope.analyzer.errors",
+    "load": "stallscope.analyzer.loader",
+    "to_json": "stallscope.analyzer.output",
     "Profile": "stallscope.api",  # no torch until a session starts
     "profile": "stallscope.api",
     "profiled": "stallscope.api",

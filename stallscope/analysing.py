@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from analyzer import cache
-from analyzer.analysis import Analysis, analyze
-from analyzer.decode_pool import default_workers
-from analyzer.errors import UsageError
-from analyzer.loader import MAX_INFLATED_MB, load
 from stallscope.allocator import collect_less, keep_freed_memory
+from stallscope.analyzer import cache
+from stallscope.analyzer.analysis import Analysis, analyze
+from stallscope.analyzer.decode_pool import default_workers
+from stallscope.analyzer.errors import UsageError
+from stallscope.analyzer.loader import MAX_INFLATED_MB, load
 from stallscope.progress import Progress
 from stallscope.watchdog import Watchdog, budget_s
 

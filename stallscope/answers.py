@@ -1,14 +1,14 @@
 """Cache of whole ``analyze`` answers: a second ``analyze`` of the same trace with the same options prints
 and writes what the first one did, without loading the trace or importing the analyzer.
 
-An answer is keyed by everything it depends on: the trace's content key (``analyzer.cachekeys``), the path
+An answer is keyed by everything it depends on: the trace's content key (``stallscope.analyzer.cachekeys``), the path
 as given (the JSON names it), the options that change it (``--rank``, ``--top``, ``--top-ops``,
 ``--max-inflated-mb``), and the code that computes it (a hash of stallscope's own source and the versions
 of the libraries whose numbers it uses). Any change to one of them is a different key: an answer is never
 served stale, only left unused. Only single trace files are cached (a folder or a job has several files
 and a sidecar beside them). Entries live beside the model cache, in ``$XDG_CACHE_HOME/stallscope``:
 ``answers-v<N>/<key>/{summary.txt, analysis.json}``, each file written whole through a rename. Both caches
-share one size limit (``analyzer.cachekeys.prune``: least recently used entries go first).
+share one size limit (``stallscope.analyzer.cachekeys.prune``: least recently used entries go first).
 """
 
 from __future__ import annotations
@@ -16,15 +16,17 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import importlib.util
 import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from analyzer.cachekeys import atomic_write, cache_home, content_key, prune, touch
+from stallscope.analyzer.cachekeys import atomic_write, cache_home, content_key, prune, touch
 
 ANSWERS_VERSION = 1
-_PACKAGES = ("analyzer", "stallscope")  # the source that computes and renders an answer
+_PACKAGES = ("stallscope.analyzer", "stallscope")  # the source that computes and renders an answer
+_COMPONENTS = ("analyzer", "collector", "dashboard")  # inside the front's folder once installed
 _LIBRARIES = ("msgspec", "numpy")  # their numbers end up in it
 
 
@@ -32,15 +34,30 @@ def answers_root() -> Path:
     return cache_home() / f"answers-v{ANSWERS_VERSION}"
 
 
+def _sources(package: str) -> list[tuple[str, Path]]:
+    """A package's Python files, named from the package, the same in a checkout (pyproject's package-dir
+    maps the components to root folders) and in an install (one tree): a component's files are its own."""
+    spec = importlib.util.find_spec(package)
+    folders = spec.submodule_search_locations if spec is not None else None
+    if not folders:
+        return []
+    root = Path(folders[0])
+    nested = {root / c for c in _COMPONENTS} if package == "stallscope" else set()
+    out = []
+    for source in sorted(root.rglob("*.py")):
+        if not nested.intersection(source.parents):
+            out.append((package + "/" + source.relative_to(root).as_posix(), source))
+    return out
+
+
 @functools.lru_cache(maxsize=1)
 def code_fingerprint() -> str:
     """A hash of the Python source of the analyzer and the CLI, and of the versions of Python and the
     libraries that compute with it: any edit or upgrade gives new answer keys."""
     h = hashlib.blake2b(digest_size=16)
-    root = Path(__file__).resolve().parent.parent
     for package in _PACKAGES:
-        for source in sorted((root / package).rglob("*.py")):
-            h.update(str(source.relative_to(root)).encode() + b"\0" + source.read_bytes() + b"\0")
+        for name, source in _sources(package):
+            h.update(name.encode() + b"\0" + source.read_bytes() + b"\0")
     h.update(sys.version.encode())
     for lib in _LIBRARIES:
         version = _installed_version(lib)

@@ -13,10 +13,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import ParamSpec, TypeVar
 
-from collector import session as _session
-from collector.bundle import output_for
-from collector.recording import Recorder, Recording
-from collector.session import ProfileOptions
+from stallscope.collector import session as _session
+from stallscope.collector.bundle import output_for
+from stallscope.collector.recording import Recorder, Recording
+from stallscope.collector.session import ProfileOptions
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import stallscope.dashboard_cmd as dashboard_cmd
-from analyzer.errors import StallscopeError, UsageError
 from stallscope import __version__, answers, diff_cmd, profile_cmd, report_cmd
+from stallscope.analyzer.errors import StallscopeError, UsageError
 from stallscope.watchdog import add_input_limits
 
 if TYPE_CHECKING:
-    from analyzer.diff import Side
+    from stallscope.analyzer.diff import Side
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ def _run_analyze(args: argparse.Namespace) -> int:
     if key is not None:
         answers.store(key, summary, document)
     _emit(args, summary if want_summary else None, document)
-    from analyzer import cache
+    from stallscope.analyzer import cache
 
     cache.wait()  # the model cache was being written while we analysed; finish it before returning
     return 0
@@ -96,10 +96,10 @@ def _run_analyze(args: argparse.Namespace) -> int:
 
 def _decode_early(args: argparse.Namespace) -> None:
     """One trace file analysed here: its decode worker starts now, decoding while this process imports
-    the analysis (``analyzer.loader.start_decoding``)."""
+    the analysis (``stallscope.analyzer.loader.start_decoding``)."""
     if len(args.trace) != 1 or args.workers is not None or args.scheduler:
         return
-    from analyzer.loader import start_decoding
+    from stallscope.analyzer.loader import start_decoding
 
     start_decoding(args.trace[0], use_cache=not args.no_cache, max_inflated_mb=args.max_inflated_mb)
 
@@ -122,9 +122,9 @@ def _answer_key(args: argparse.Namespace) -> str | None:
 
 def _analyse(args: argparse.Namespace, summary: bool) -> tuple[str | None, bytes | None]:
     """Load and analyse: the terminal summary (when ``summary``) and the JSON document (with ``--json``)."""
-    from analyzer.job.execute import Execution, default_workers
-    from analyzer.job.output import job_json
-    from analyzer.output import encode_json, encoded_document
+    from stallscope.analyzer.job.execute import Execution, default_workers
+    from stallscope.analyzer.job.output import job_json
+    from stallscope.analyzer.output import encode_json, encoded_document
     from stallscope.job_terminal import render_job
     from stallscope.jobs import load_and_analyse_job
     from stallscope.progress import Progress
@@ -163,7 +163,7 @@ def _emit(args: argparse.Namespace, summary: str | None, document: bytes | Path 
 
 def write_json(target: str, doc: object) -> None:
     """Encode ``doc`` as JSON and write it to ``target`` ('-': stdout)."""
-    from analyzer.output import encode_json
+    from stallscope.analyzer.output import encode_json
 
     write_document(target, encode_json(doc))
 
@@ -249,7 +249,7 @@ def _check_usage(args: argparse.Namespace) -> None:
 def _run_check(args: argparse.Namespace) -> int:
     """CI performance gate: exit 1 when a threshold is exceeded (a limit, or a regression over the
     baseline), 0 when all hold, 2 on bad input."""
-    from analyzer.diff import compare, gate, side_of
+    from stallscope.analyzer.diff import compare, gate, side_of
     from stallscope.diff_terminal import render_gates
     from stallscope.diffing import load_doc, load_side
 
@@ -281,7 +281,7 @@ def _run_check(args: argparse.Namespace) -> int:
 
 def _check_measures(new: Side, args: argparse.Namespace) -> list[tuple[str, float | None, Any, str]]:
     """(name, value or None when it does not apply, limit, format) for each limit of ``check``, from the
-    figures a diff reads of the run (``analyzer.diff.Side``). On a CPU-only run the device limits do not
+    figures a diff reads of the run (``stallscope.analyzer.diff.Side``). On a CPU-only run the device limits do not
     apply, and the avoidable syncs are the would-be syncs: the sync-prone calls in the loop whose tensors
     would be on the accelerator."""
     wall = new.wall_us or 1.0

@@ -7,7 +7,7 @@ import signal
 import threading
 from typing import Any
 
-from analyzer.errors import UsageError
+from stallscope.analyzer.errors import UsageError
 
 
 def configure_dashboard(p: argparse.ArgumentParser) -> None:
@@ -55,9 +55,9 @@ def configure_dashboard(p: argparse.ArgumentParser) -> None:
 
 
 def run_dashboard(args: argparse.Namespace) -> int:
-    from dashboard.app import Running, create_app, open_services
-    from dashboard.store import default_root
-    from dashboard.worker import Limits
+    from stallscope.dashboard.app import Running, create_app, open_services
+    from stallscope.dashboard.store import default_root
+    from stallscope.dashboard.worker import Limits
 
     if args.max_upload_mb <= 0:
         raise UsageError(f"--max-upload-mb must be a positive number of MB, not {args.max_upload_mb}")
@@ -100,7 +100,7 @@ def configure_upload(p: argparse.ArgumentParser) -> None:
 
 
 def run_upload(args: argparse.Namespace) -> int:
-    from dashboard import client
+    from stallscope.dashboard import client
 
     answer = client.upload(args.file, args.to, tags=tuple(args.tag))
     print(f"uploaded {args.file}: {answer.get('url')}")
@@ -116,8 +116,8 @@ def run_upload(args: argparse.Namespace) -> int:
 
 def wait_summary(s: dict[str, Any]) -> str:
     """The one line ``upload --wait`` prints from the dashboard's headline numbers; a CPU-only trace says
-    so instead of "host-bound, GPU utilization 0.0%" (``dashboard.headline``, as the pages)."""
-    from dashboard.headline import CPU_ONLY, bottleneck_text, utilization_text
+    so instead of "host-bound, GPU utilization 0.0%" (``stallscope.dashboard.headline``, as the pages)."""
+    from stallscope.dashboard.headline import CPU_ONLY, bottleneck_text, utilization_text
 
     verdict = (
         CPU_ONLY

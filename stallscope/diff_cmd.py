@@ -1,9 +1,9 @@
 """``stallscope diff BEFORE AFTER [--json OUT] [--report HTML]``: what changed between two runs.
 
 Each side is a trace, folder of rank files, bundle, or an analysis saved by ``analyze --json``
-(``stallscope.diffing``); the comparison is ``analyzer.diff``; the views only render it: the terminal
+(``stallscope.diffing``); the comparison is ``stallscope.analyzer.diff``; the views only render it: the terminal
 (``stallscope.diff_terminal``), the ``stallscope.diff/1`` JSON and the HTML report
-(``dashboard.diff_report``). Errors are ``StallscopeError`` for ``stallscope.cli.main`` (exit code 2).
+(``stallscope.dashboard.diff_report``). Errors are ``StallscopeError`` for ``stallscope.cli.main`` (exit code 2).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from analyzer.errors import UsageError
+from stallscope.analyzer.errors import UsageError
 from stallscope.watchdog import add_input_limits
 
 
@@ -37,7 +37,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from analyzer.diff import ROWS, compare, diff_json
+    from stallscope.analyzer.diff import ROWS, compare, diff_json
     from stallscope.cli import write_json
     from stallscope.diff_terminal import render_diff
     from stallscope.diffing import load_side
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         write_json(args.json, doc)
     if args.report:
-        from dashboard import diff_report
+        from stallscope.dashboard import diff_report
 
         try:
             size = diff_report.write(doc, args.report)

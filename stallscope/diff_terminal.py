@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import re
 
-from analyzer.critical import VERDICT
-from analyzer.diff import Delta, Diff, Gate, RowDelta, Status, VerdictSide
+from stallscope.analyzer.critical import VERDICT
+from stallscope.analyzer.diff import Delta, Diff, Gate, RowDelta, Status, VerdictSide
 from stallscope.terminal import ms
 
 _MAX_STEP_ROWS = 4

@@ -1,6 +1,6 @@
 """One side of a comparison (``diff``, ``check --baseline``): a trace, folder or bundle analysed now, or an
 analysis saved by ``analyze --json``. Either way the result is the analysis document (schema
-``stallscope.analysis/2``), so both compare alike (``analyzer.diff``)."""
+``stallscope.analysis/2``), so both compare alike (``stallscope.analyzer.diff``)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from typing import Any
 
 import msgspec
 
-from analyzer.diff import Side, side_of
-from analyzer.errors import TraceError, UsageError
-from analyzer.loader import MAX_INFLATED_MB
+from stallscope.analyzer.diff import Side, side_of
+from stallscope.analyzer.errors import TraceError, UsageError
+from stallscope.analyzer.loader import MAX_INFLATED_MB
 from stallscope.progress import Progress
 
 Doc = dict[str, Any]
@@ -48,10 +48,10 @@ def load_doc(
     there is absent). Bad input is a ``StallscopeError`` (one line naming the file)."""
     if is_saved_analysis(path):
         return _saved(_read_saved(path, max_inflated_mb), path, rank), True
-    from analyzer import cache
-    from analyzer.output import to_json
-    from analyzer.tops import top_tables
     from stallscope.analysing import load_and_analyse
+    from stallscope.analyzer import cache
+    from stallscope.analyzer.output import to_json
+    from stallscope.analyzer.tops import top_tables
 
     try:
         a = load_and_analyse(path, rank, use_cache, progress, time_limit_s, max_inflated_mb)

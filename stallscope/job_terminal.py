@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from analyzer.job.result import JobAnalysis
-from analyzer.job.stragglers import MIN_LATE_US
+from stallscope.analyzer.job.result import JobAnalysis
+from stallscope.analyzer.job.stragglers import MIN_LATE_US
 from stallscope.terminal import ms
 
 TOP_RANKS = 5

@@ -6,14 +6,14 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from analyzer.analysis import Analysis, analyze_model
-from analyzer.errors import StallscopeError, TraceError, UsageError
-from analyzer.job.discover import job_files
-from analyzer.job.execute import Execution, reduce_all
-from analyzer.job.result import JobAnalysis
-from analyzer.job.verdict import analyze_job, dedupe
-from analyzer.loader import load_file
 from stallscope.analysing import load_and_analyse
+from stallscope.analyzer.analysis import Analysis, analyze_model
+from stallscope.analyzer.errors import StallscopeError, TraceError, UsageError
+from stallscope.analyzer.job.discover import job_files
+from stallscope.analyzer.job.execute import Execution, reduce_all
+from stallscope.analyzer.job.result import JobAnalysis
+from stallscope.analyzer.job.verdict import analyze_job, dedupe
+from stallscope.analyzer.loader import load_file
 from stallscope.progress import Progress
 from stallscope.watchdog import MAX_INFLATED_MB
 

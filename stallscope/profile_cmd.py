@@ -10,8 +10,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from analyzer.errors import StallscopeError, UsageError
-from collector.window import DEFAULT_MAX_EVENTS
+from stallscope.analyzer.errors import StallscopeError, UsageError
+from stallscope.collector.window import DEFAULT_MAX_EVENTS
 
 _PY_SUFFIXES = (".py", ".pyw")
 
@@ -61,10 +61,10 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from collector.bundle import output_for
-    from collector.recording import record
-    from collector.run import run_module, run_script
-    from collector.session import ProfileOptions, Session, require_torch
+    from stallscope.collector.bundle import output_for
+    from stallscope.collector.recording import record
+    from stallscope.collector.run import run_module, run_script
+    from stallscope.collector.session import ProfileOptions, Session, require_torch
 
     if not args.program:
         raise UsageError("profile: give a script (script.py [args...]) or -m module [args...]")
@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _upload(bundle: Path, url: str) -> bool:
     """Send the bundle to the dashboard; say where it can be seen, or why it could not be sent."""
-    from dashboard.client import upload
+    from stallscope.dashboard.client import upload
 
     try:
         answer = upload(bundle, url)

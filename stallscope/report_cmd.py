@@ -1,7 +1,7 @@
 """``stallscope report TRACE|BUNDLE [-o report.html] [--cdn]``: one self-contained HTML report.
 
 Loads and analyses the trace as ``stallscope analyze`` does (a multi-rank folder: the chosen rank and the
-whole job, its ranks one after another), then renders ``dashboard.report``. Errors are
+whole job, its ranks one after another), then renders ``stallscope.dashboard.report``. Errors are
 raised as ``StallscopeError`` for ``stallscope.cli.main`` to report (one line, exit code 2).
 """
 
@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from analyzer.errors import UsageError
+from stallscope.analyzer.errors import UsageError
 from stallscope.watchdog import add_input_limits
 
 
@@ -56,13 +56,13 @@ def _check_writable(out: Path) -> None:
 def run(args: argparse.Namespace) -> int:
     out = Path(args.output) if args.output else default_output(args.trace)
     _check_writable(out)
-    from analyzer.loader import start_decoding
+    from stallscope.analyzer.loader import start_decoding
 
     # a trace file's decode worker decodes while the report's modules are imported (plotly among them)
     start_decoding(args.trace, use_cache=not args.no_cache, max_inflated_mb=args.max_inflated_mb)
-    from analyzer import cache
-    from analyzer.job.execute import Execution
-    from dashboard import report
+    from stallscope.analyzer import cache
+    from stallscope.analyzer.job.execute import Execution
+    from stallscope.dashboard import report
     from stallscope.jobs import load_and_analyse_job
     from stallscope.progress import Progress
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from analyzer.analysis import Analysis
-from analyzer.counters import window_stats
-from analyzer.critical import VERDICT
-from analyzer.findings_latent import UNMEASURED, measured
-from analyzer.model import LaneKind
-from analyzer.numbers import ratio
-from analyzer.tops import tops_of
+from stallscope.analyzer.analysis import Analysis
+from stallscope.analyzer.counters import window_stats
+from stallscope.analyzer.critical import VERDICT
+from stallscope.analyzer.findings_latent import UNMEASURED, measured
+from stallscope.analyzer.model import LaneKind
+from stallscope.analyzer.numbers import ratio
+from stallscope.analyzer.tops import tops_of
 
 _MAX_STEP_ROWS = 4
 

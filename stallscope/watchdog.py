@@ -4,7 +4,7 @@ The passes are not edited for it: the watchdog wraps them from outside. ``signal
 for the time the input's size warrants; when it fires, the ``SIGALRM`` handler runs in the main thread
 (between two bytecodes of whatever pass is running), finds that pass on the interrupted stack and raises
 ``AnalysisTimeout``: one line naming the stage (from the progress reports) and the pass, exit code 2.
-The dashboard's analysis runs in a child process with its own limits (``dashboard.worker``).
+The dashboard's analysis runs in a child process with its own limits (``stallscope.dashboard.worker``).
 """
 
 from __future__ import annotations
@@ -17,9 +17,11 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
-from analyzer.errors import StallscopeError
+from stallscope.analyzer.errors import StallscopeError
 
-MAX_INFLATED_MB = 4096  # analyzer.loader.MAX_INFLATED_MB (not imported: the CLI parser stays light)
+MAX_INFLATED_MB = (
+    4096  # stallscope.analyzer.loader.MAX_INFLATED_MB (not imported: the CLI parser stays light)
+)
 
 BASE_S = 60.0  # any trace: loading and analysing a small file takes well under a second
 PER_MB_S = 3.0  # per MB of JSON (measured: ~6 s for 200 MB of JSON, 1M events, on a slow core)
@@ -119,17 +121,20 @@ class Watchdog:
 
 
 def running_pass(frame: FrameType | None) -> str:
-    """The analysis pass on the stack: the function ``analyzer.analysis`` (or the loader) called, as
+    """The analysis pass on the stack: the function ``stallscope.analyzer.analysis`` (or the loader) called, as
     ``module.function``; else the innermost analyzer function; '' outside the analyzer."""
     innermost = ""
     while frame is not None:
         module = str(frame.f_globals.get("__name__", ""))
         caller = frame.f_back
         caller_module = str(caller.f_globals.get("__name__", "")) if caller is not None else ""
-        if module.startswith("analyzer."):
+        if module.startswith("stallscope.analyzer."):
             name = f"{module}.{frame.f_code.co_name}"
             innermost = innermost or name
-            if caller_module in ("analyzer.analysis", "analyzer.loader") and module != caller_module:
+            if (
+                caller_module in ("stallscope.analyzer.analysis", "stallscope.analyzer.loader")
+                and module != caller_module
+            ):
                 return name
         frame = caller
     return innermost

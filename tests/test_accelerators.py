@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 from _kineto import HOST, Event, WriteTrace, document, span
 
-from analyzer.analysis import analyze_model
-from analyzer.loader import load
-from analyzer.model import LaneKind, TraceModel
-from analyzer.names import ApiKind, EventKind, api_kind, command_kind, event_kind
+from stallscope.analyzer.analysis import analyze_model
+from stallscope.analyzer.loader import load
+from stallscope.analyzer.model import LaneKind, TraceModel
+from stallscope.analyzer.names import ApiKind, EventKind, api_kind, command_kind, event_kind
 
 MTIA = 17  # the device's pid, as MTIA traces write it
 

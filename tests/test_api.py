@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from analyzer.analysis import analyze
-from analyzer.loader import load
-from analyzer.output import to_json
-from dashboard import client, palette
-from dashboard.app import Running, create_app, open_services
-from dashboard.client import UploadError
-from dashboard.headline import best_saving
+from stallscope.analyzer.analysis import analyze
+from stallscope.analyzer.loader import load
+from stallscope.analyzer.output import to_json
 from stallscope.cli import main
+from stallscope.dashboard import client, palette
+from stallscope.dashboard.app import Running, create_app, open_services
+from stallscope.dashboard.client import UploadError
+from stallscope.dashboard.headline import best_saving
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
 ITEM = SAMPLES / "item_in_loop.pt.trace.json.gz"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from _browser import Browser, start_browser
 
-from dashboard.app import Running, create_app, open_services
+from stallscope.dashboard.app import Running, create_app, open_services
 
 ITEM = Path(__file__).resolve().parent.parent / "sample_traces" / "item_in_loop.pt.trace.json.gz"
 

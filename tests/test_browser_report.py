@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from _browser import Browser, png_stats, start_browser
 
-from analyzer.analysis import Analysis, analyze
-from analyzer.loader import load
-from collector import scenarios as sc
-from collector.scenario import Scenario
-from dashboard import report
+from stallscope.analyzer.analysis import Analysis, analyze
+from stallscope.analyzer.loader import load
+from stallscope.collector import scenarios as sc
+from stallscope.collector.scenario import Scenario
+from stallscope.dashboard import report
 
 DRAWN = "return document.body && document.body.getAttribute('data-drawn') === 'all'"
 PWNED = "window.__pwned = 1"

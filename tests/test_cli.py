@@ -1,6 +1,6 @@
 """``stallscope analyze`` in-process (``main(argv)``) and as a subprocess, on the committed sample traces.
 
-The sample traces are simulated (``collector.scenario``); ``sample_traces/expected.json`` holds their
+The sample traces are simulated (``stallscope.collector.scenario``); ``sample_traces/expected.json`` holds their
 ground truth, and window and device busy time are exact there.
 """
 
@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 from _kineto import REPO, SAMPLES
 
-from analyzer import cache
-from analyzer.analysis import analyze
-from analyzer.loader import load
-from analyzer.output import OneLine, encode_compact, encode_json, encoded_document, to_json
 from stallscope import __version__
+from stallscope.analyzer import cache
+from stallscope.analyzer.analysis import analyze
+from stallscope.analyzer.loader import load
+from stallscope.analyzer.output import OneLine, encode_compact, encode_json, encoded_document, to_json
 from stallscope.cli import main
 from stallscope.progress import Progress
 

@@ -21,10 +21,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import stallscope  # noqa: E402
-from analyzer.loader import load  # noqa: E402
-from collector import session  # noqa: E402
-from collector.bundle import SCHEMA, SIDECAR_NAME, TRACE_SUFFIX, bundle_trace, default_output  # noqa: E402
+from stallscope.analyzer.loader import load  # noqa: E402
 from stallscope.cli import main  # noqa: E402
+from stallscope.collector import session  # noqa: E402
+from stallscope.collector.bundle import SCHEMA, SIDECAR_NAME, TRACE_SUFFIX, bundle_trace, default_output  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["--skip", "0", "--warmup", "0", "--steps", "2"]
@@ -445,8 +445,8 @@ def test_import_does_not_import_torch() -> None:
 def test_profile_upload_sends_the_bundle_to_a_dashboard(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from dashboard import client
-    from dashboard.app import Running, create_app, open_services
+    from stallscope.dashboard import client
+    from stallscope.dashboard.app import Running, create_app, open_services
 
     # GIVEN a dashboard on a free localhost port
     services = open_services(tmp_path / "store", max_upload_mb=16, processes=False)

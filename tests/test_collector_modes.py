@@ -1,4 +1,4 @@
-"""``collector.modes.ThreadMode``: a collector mode comes off only from its own thread and only from the
+"""``stallscope.collector.modes.ThreadMode``: a collector mode comes off only from its own thread and only from the
 top of the stack, so a mode the program pushed later is never popped in its place."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 
 from torch.overrides import TorchFunctionMode  # noqa: E402
 
-from collector.modes import ThreadMode  # noqa: E402
+from stallscope.collector.modes import ThreadMode  # noqa: E402
 
 
 class _Passing(TorchFunctionMode):

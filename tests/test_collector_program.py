@@ -13,10 +13,10 @@ from _programs import TINY_LM
 
 torch = pytest.importorskip("torch")
 
-from analyzer.loader import load  # noqa: E402
-from collector import session  # noqa: E402
-from collector.bundle import SIDECAR_NAME, bundle_trace  # noqa: E402
+from stallscope.analyzer.loader import load  # noqa: E402
 from stallscope.cli import main  # noqa: E402
+from stallscope.collector import session  # noqa: E402
+from stallscope.collector.bundle import SIDECAR_NAME, bundle_trace  # noqa: E402
 
 FAST = ["--no-analyze", "--skip", "0", "--warmup", "0", "--steps", "2"]
 
@@ -158,7 +158,7 @@ def test_generate_calls_are_the_steps_of_a_generation_loop(
 
 
 def test_forward_steps_unwrap_generate_when_removed() -> None:
-    from collector.program import ForwardSteps
+    from stallscope.collector.program import ForwardSteps
 
     namespace: dict[str, Any] = {}
     exec(GENERATE.split("model = TinyLM()")[0], namespace)
@@ -179,7 +179,7 @@ def test_forward_steps_unwrap_generate_when_removed() -> None:
 def test_each_rank_of_a_distributed_launch_writes_its_own_bundle(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from collector.bundle import output_for
+    from stallscope.collector.bundle import output_for
 
     # GIVEN two ranks of a torchrun job (RANK / WORLD_SIZE in the environment) profiled with one -o
     for rank in (0, 1):

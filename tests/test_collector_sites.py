@@ -15,16 +15,16 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from analyzer.sidecar import SCHEMA, read_sidecar  # noqa: E402
-from collector.clock import (  # noqa: E402
+from stallscope.analyzer.sidecar import SCHEMA, read_sidecar  # noqa: E402
+from stallscope.collector.clock import (  # noqa: E402
     base_ns_for,
     rebase_us,
     to_trace_us,
     trace_base_ns,
     trace_clock_us,
 )
-from collector.sites import SyncSiteRecorder  # noqa: E402
-from collector.steptiming import StepTimer, _quantile  # noqa: E402
+from stallscope.collector.sites import SyncSiteRecorder  # noqa: E402
+from stallscope.collector.steptiming import StepTimer, _quantile  # noqa: E402
 
 HERE = os.path.abspath(__file__)
 
@@ -335,7 +335,7 @@ def test_records_can_keep_only_a_window_of_times() -> None:
 
 
 def test_cpu_only_sites_learnt_while_tracked_keep_their_verdict_when_not() -> None:
-    from collector.origin import OriginTracker
+    from stallscope.collector.origin import OriginTracker
 
     # GIVEN a CPU-only recorder in its learning step (origin tracking on): a token computed from a
     # parameter is device-bound, a tensor made on the host is not

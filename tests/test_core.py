@@ -1,5 +1,5 @@
 """Golden tests of the analyzer core (graph, critical path, gaps, what-if replay, pipeline model) against the
-scenario builder's simulated ground truth (``collector.scenarios``, ``sample_traces/expected.json``), and
+scenario builder's simulated ground truth (``stallscope.collector.scenarios``, ``sample_traces/expected.json``), and
 sanity checks on the real traces in ``../shared/traces`` (skipped when absent)."""
 
 from __future__ import annotations
@@ -13,16 +13,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-from analyzer import load
-from analyzer.analysis import Analysis, Options, analyze, analyze_model
-from analyzer.critical import Kind
-from analyzer.gaps import Cause
-from analyzer.graph import Blocking, Graph, build_graph
-from analyzer.graph_check import check_graph
-from analyzer.inputs import input_intervals, main_thread
-from analyzer.model import TraceModel
-from analyzer.replay import Costs, Scenario, make_frame, recorded_end, replay
-from collector import scenarios as sc
+from stallscope.analyzer import load
+from stallscope.analyzer.analysis import Analysis, Options, analyze, analyze_model
+from stallscope.analyzer.critical import Kind
+from stallscope.analyzer.gaps import Cause
+from stallscope.analyzer.graph import Blocking, Graph, build_graph
+from stallscope.analyzer.graph_check import check_graph
+from stallscope.analyzer.inputs import input_intervals, main_thread
+from stallscope.analyzer.model import TraceModel
+from stallscope.analyzer.replay import Costs, Scenario, make_frame, recorded_end, replay
+from stallscope.collector import scenarios as sc
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
 EXPECTED: dict[str, Any] = json.loads((SAMPLES / "expected.json").read_text())
@@ -400,7 +400,7 @@ def test_real_traces_replay_critical_path_and_graph(shared_traces: Path) -> None
 
 def _pipeline_device_us_by_masks(a: Analysis) -> float:
     """G as the pipeline model first computed it: one mask over every activity per step."""
-    from analyzer import intervals
+    from stallscope.analyzer import intervals
 
     g, issued = a.graph, a.graph.issued()
     compute = []

@@ -106,7 +106,7 @@ def test_check_exits_2_not_1_when_it_cannot_analyse(
     def broken(*_args: object, **_kwargs: object) -> object:
         raise ZeroDivisionError("float division by zero")
 
-    monkeypatch.setattr("analyzer.analysis.analyze", broken)
+    monkeypatch.setattr("stallscope.analyzer.analysis.analyze", broken)
     monkeypatch.setattr("stallscope.analysing.analyze", broken)
     trace = str(CORPUS / "superscript_step.json")
     # WHEN checked THEN exit 2 (1 means "a limit failed") and one line, no traceback

@@ -14,22 +14,22 @@ import pytest
 from _kineto import Event, WriteTrace, document, launch_pair
 from test_dashboard_pages import texts
 
-import analyzer.loader
-import analyzer.raw
-import analyzer.stream
-from analyzer import cache
-from analyzer import counters as counters_module
-from analyzer.analysis import analyze
-from analyzer.counters import decimate, series_of
-from analyzer.loader import load
-from analyzer.model import TraceModel
-from analyzer.output import to_json
-from dashboard.pages import explorer
-from dashboard.report import render
-from dashboard.services import Services
-from dashboard.store import Store
-from dashboard.timeline import extract, figure
-from dashboard.worker import analyse_entry
+import stallscope.analyzer.loader
+import stallscope.analyzer.raw
+import stallscope.analyzer.stream
+from stallscope.analyzer import cache
+from stallscope.analyzer import counters as counters_module
+from stallscope.analyzer.analysis import analyze
+from stallscope.analyzer.counters import decimate, series_of
+from stallscope.analyzer.loader import load
+from stallscope.analyzer.model import TraceModel
+from stallscope.analyzer.output import to_json
+from stallscope.dashboard.pages import explorer
+from stallscope.dashboard.report import render
+from stallscope.dashboard.services import Services
+from stallscope.dashboard.store import Store
+from stallscope.dashboard.timeline import extract, figure
+from stallscope.dashboard.worker import analyse_entry
 
 HOSTILE = "<script>alert(1)</script>"
 
@@ -85,12 +85,12 @@ def test_counters_of_every_batch_are_read_streamed_or_whole(
     write_trace: WriteTrace, monkeypatch: pytest.MonkeyPatch, stream: bool
 ) -> None:
     # GIVEN 2,000 counter samples between 600 events, cut into many batches
-    monkeypatch.setattr(analyzer.stream, "_BLOCK", 10_000)
-    monkeypatch.setattr(analyzer.stream, "BATCH_BYTES", 30_000)
-    monkeypatch.setattr(analyzer.raw, "BATCH", 100)
-    monkeypatch.setattr(analyzer.loader, "_STREAM_MIN_BYTES", 0 if stream else 1 << 40)
+    monkeypatch.setattr(stallscope.analyzer.stream, "_BLOCK", 10_000)
+    monkeypatch.setattr(stallscope.analyzer.stream, "BATCH_BYTES", 30_000)
+    monkeypatch.setattr(stallscope.analyzer.raw, "BATCH", 100)
+    monkeypatch.setattr(stallscope.analyzer.loader, "_STREAM_MIN_BYTES", 0 if stream else 1 << 40)
     calls: list[int] = []
-    module = analyzer.stream if stream else analyzer.raw
+    module = stallscope.analyzer.stream if stream else stallscope.analyzer.raw
     real = module.counter_samples
     monkeypatch.setattr(module, "counter_samples", lambda *a: calls.append(1) or real(*a))
     events: list[Event] = []

@@ -12,13 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analyzer import load
-from analyzer.analysis import find_window
-from analyzer.critical import State, _first_state, _Walk
-from analyzer.graph import Graph, build_graph
-from analyzer.inputs import input_intervals, main_thread
-from analyzer.model import F64, TraceModel
-from collector.scenario import Scenario
+from stallscope.analyzer import load
+from stallscope.analyzer.analysis import find_window
+from stallscope.analyzer.critical import State, _first_state, _Walk
+from stallscope.analyzer.graph import Graph, build_graph
+from stallscope.analyzer.inputs import input_intervals, main_thread
+from stallscope.analyzer.model import F64, TraceModel
+from stallscope.collector.scenario import Scenario
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
 

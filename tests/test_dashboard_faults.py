@@ -28,14 +28,14 @@ import pytest
 from _kineto import SAMPLES, document, launch_pair
 from test_api import call, multipart
 
-import dashboard.worker
-from analyzer.analysis import analyze
-from analyzer.loader import load
-from analyzer.output import to_json
-from dashboard import client
-from dashboard.app import Running, create_app, open_services
-from dashboard.store import Status, Store
-from dashboard.worker import Limits, Worker
+import stallscope.dashboard.worker
+from stallscope.analyzer.analysis import analyze
+from stallscope.analyzer.loader import load
+from stallscope.analyzer.output import to_json
+from stallscope.dashboard import client
+from stallscope.dashboard.app import Running, create_app, open_services
+from stallscope.dashboard.store import Status, Store
+from stallscope.dashboard.worker import Limits, Worker
 
 ITEM = SAMPLES / "item_in_loop.pt.trace.json.gz"
 
@@ -130,26 +130,26 @@ def _hang(root: str, trace_id: str, limits: Limits | None = None) -> str:
         time.sleep(600)
     if "hog" not in name:
         return ANALYSE_ENTRY(root, trace_id, limits)
-    import analyzer.loader
+    import stallscope.analyzer.loader
 
     def hog(*_args: object, **_kwargs: object) -> object:
         return bytearray(3 << 30)
 
-    load, analyzer.loader.load = analyzer.loader.load, hog  # type: ignore[assignment]
+    load, stallscope.analyzer.loader.load = stallscope.analyzer.loader.load, hog  # type: ignore[assignment]
     try:
         return ANALYSE_ENTRY(root, trace_id, limits)
     finally:
-        analyzer.loader.load = load
+        stallscope.analyzer.loader.load = load
 
 
-ANALYSE_ENTRY = dashboard.worker.analyse_entry
+ANALYSE_ENTRY = stallscope.dashboard.worker.analyse_entry
 
 
 def test_a_hung_analysis_fails_only_its_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # GIVEN a worker with a 5 s time limit whose analysis of "hang..." never returns (the child process
     # imports ``_hang`` from this module), a trace of that name and two innocent uploads behind it
-    monkeypatch.setattr(dashboard.worker, "KILL_GRACE_S", 1.0)
-    monkeypatch.setattr(dashboard.worker, "analyse_entry", _hang)
+    monkeypatch.setattr(stallscope.dashboard.worker, "KILL_GRACE_S", 1.0)
+    monkeypatch.setattr(stallscope.dashboard.worker, "analyse_entry", _hang)
     store = Store(tmp_path / "store")
     # (the innocent ones get the same limit: 5 s leaves a busy CI machine room for a fresh process)
     worker = Worker(store, processes=True, limits=Limits(time_s=5.0))
@@ -213,7 +213,7 @@ def test_an_analysis_over_its_memory_limit_fails_only_its_entry(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # GIVEN analysis processes limited to 2 GB, a trace whose loading needs 3 GB, and an innocent one
-    monkeypatch.setattr(dashboard.worker, "analyse_entry", _hang)
+    monkeypatch.setattr(stallscope.dashboard.worker, "analyse_entry", _hang)
     store = Store(tmp_path / "store")
     worker = Worker(store, processes=True, limits=Limits(memory_mb=2048))
     try:

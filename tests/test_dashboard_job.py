@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from collector.scenario_job import Plant, build_job
-from dashboard.pages import job as job_page
-from dashboard.pages import render
-from dashboard.services import Services
-from dashboard.store import Store
-from dashboard.worker import analyse_entry
+from stallscope.collector.scenario_job import Plant, build_job
+from stallscope.dashboard.pages import job as job_page
+from stallscope.dashboard.pages import render
+from stallscope.dashboard.services import Services
+from stallscope.dashboard.store import Store
+from stallscope.dashboard.worker import analyse_entry
 
 MB = 1 << 20
 
@@ -87,10 +87,10 @@ def test_a_single_trace_has_no_job_page(services: Services, uploaded: tuple[str,
 
 
 def test_analyse_set_gives_what_analyze_gives_plus_the_job(uploaded: tuple[str, Path]) -> None:
-    from analyzer.analysis import analyze
-    from analyzer.job.loaded import analyse_set
-    from analyzer.loader import load
-    from analyzer.output import to_json
+    from stallscope.analyzer.analysis import analyze
+    from stallscope.analyzer.job.loaded import analyse_set
+    from stallscope.analyzer.loader import load
+    from stallscope.analyzer.output import to_json
 
     _, folder = uploaded
     traces = load(folder, use_cache=False)

@@ -13,14 +13,14 @@ from typing import Any
 import pytest
 from dash import no_update
 
-from analyzer.replay import Scenario
-from dashboard.live import retimed
-from dashboard.pages import compare, explorer, overview, render, tables, traces, whatif
-from dashboard.pages import poll_pending as poll
-from dashboard.pages.common import Shell, ms
-from dashboard.services import Services
-from dashboard.store import Status, Store
-from dashboard.worker import analyse_entry
+from stallscope.analyzer.replay import Scenario
+from stallscope.dashboard.live import retimed
+from stallscope.dashboard.pages import compare, explorer, overview, render, tables, traces, whatif
+from stallscope.dashboard.pages import poll_pending as poll
+from stallscope.dashboard.pages.common import Shell, ms
+from stallscope.dashboard.services import Services
+from stallscope.dashboard.store import Status, Store
+from stallscope.dashboard.worker import analyse_entry
 from stallscope.dashboard_cmd import wait_summary
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
@@ -135,7 +135,7 @@ def test_delete_and_compare_buttons(services: Services, item: str, clean: str) -
 
 
 def test_overview_shows_the_reports_verdict_and_every_finding(services: Services, item: str) -> None:
-    from dashboard.report import verdict_doc
+    from stallscope.dashboard.report import verdict_doc
 
     doc = services.store.analysis(item)
     page = render(services, f"/trace/{item}")
@@ -169,7 +169,7 @@ def cards(component: Any) -> dict[str, str]:
 
 
 def test_a_cpu_only_trace_says_cpu_only_instead_of_zero_utilization(services: Services, item: str) -> None:
-    from dashboard.report import verdict_doc
+    from stallscope.dashboard.report import verdict_doc
 
     cpu = add(services, CPU_ONLY, "cpu-only.json.gz")
     raw = services.store.analysis(cpu)
@@ -343,16 +343,16 @@ def test_a_slow_timeline_rebuild_shows_progress_then_the_page(
 ) -> None:
     import threading
 
-    import dashboard.live
+    import stallscope.dashboard.live
 
     gate = threading.Event()
-    real = dashboard.live.analyze_model
+    real = stallscope.dashboard.live.analyze_model
 
     def slow(*args: Any, **kwargs: Any) -> Any:
         gate.wait(30)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(dashboard.live, "analyze_model", slow)
+    monkeypatch.setattr(stallscope.dashboard.live, "analyze_model", slow)
     fresh = Services(services.store, None, services.max_upload_bytes)  # nothing rebuilt yet
     path = f"/trace/{item}/timeline"
     page = render(fresh, path)
@@ -367,18 +367,18 @@ def test_a_slow_timeline_rebuild_shows_progress_then_the_page(
 def test_a_failed_timeline_rebuild_is_a_message(
     services: Services, item: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import dashboard.live
+    import stallscope.dashboard.live
 
     def broken(*_args: Any, **_kwargs: Any) -> Any:
         raise ValueError("the graph could not be rebuilt")
 
-    monkeypatch.setattr(dashboard.live, "analyze_model", broken)
+    monkeypatch.setattr(stallscope.dashboard.live, "analyze_model", broken)
     fresh = Services(services.store, None, services.max_upload_bytes)
     assert "the graph could not be rebuilt" in texts(render(fresh, f"/trace/{item}/timeline"))
 
 
 def test_clicking_a_bar_shows_that_event(services: Services, item: str) -> None:
-    from dashboard import timeline
+    from stallscope.dashboard import timeline
 
     view = explorer.full_view(services.store.analysis(item))
     a = services.live.get(item)
@@ -394,7 +394,7 @@ def test_clicking_a_bar_shows_that_event(services: Services, item: str) -> None:
 
 
 def test_best_saving_takes_the_larger_of_the_what_if_and_the_findings() -> None:
-    from dashboard.headline import best_saving
+    from stallscope.dashboard.headline import best_saving
 
     doc = {
         "summary": {"est_saving_us": 100.0},

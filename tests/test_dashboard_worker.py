@@ -7,11 +7,11 @@ import io
 import time
 from pathlib import Path
 
-from analyzer.analysis import analyze
-from analyzer.loader import load
-from analyzer.output import to_json
-from dashboard.app import open_services
-from dashboard.store import Status, Store
+from stallscope.analyzer.analysis import analyze
+from stallscope.analyzer.loader import load
+from stallscope.analyzer.output import to_json
+from stallscope.dashboard.app import open_services
+from stallscope.dashboard.store import Status, Store
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
 ITEM = SAMPLES / "item_in_loop.pt.trace.json.gz"

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from analyzer import load
-from analyzer.analysis import analyze
+from stallscope.analyzer import load
+from stallscope.analyzer.analysis import analyze
 from stallscope.cli import main
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

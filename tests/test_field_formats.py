@@ -17,11 +17,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from analyzer.analysis import Analysis, analyze
-from analyzer.loader import load
-from analyzer.names import ApiKind, EventKind
-from analyzer.output import to_json
-from dashboard.timeline import extract
+from stallscope.analyzer.analysis import Analysis, analyze
+from stallscope.analyzer.loader import load
+from stallscope.analyzer.names import ApiKind, EventKind
+from stallscope.analyzer.output import to_json
+from stallscope.dashboard.timeline import extract
 
 pytestmark = pytest.mark.shared
 

@@ -11,15 +11,15 @@ import numpy as np
 import pytest
 from _kineto import Event, WriteTrace, document, flow, kernel, span
 
-from analyzer import load
-from analyzer.analysis import Analysis, analyze
-from analyzer.consistency import check
-from analyzer.critical import CriticalPath, Kind
-from analyzer.gaps import Cause
-from analyzer.inputs import input_intervals
-from analyzer.model import LaneKind
-from analyzer.replay import Scenario
-from analyzer.verdict import decide
+from stallscope.analyzer import load
+from stallscope.analyzer.analysis import Analysis, analyze
+from stallscope.analyzer.consistency import check
+from stallscope.analyzer.critical import CriticalPath, Kind
+from stallscope.analyzer.gaps import Cause
+from stallscope.analyzer.inputs import input_intervals
+from stallscope.analyzer.model import LaneKind
+from stallscope.analyzer.replay import Scenario
+from stallscope.analyzer.verdict import decide
 
 MAIN, AUTOGRAD = 100, 200
 

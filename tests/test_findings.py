@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from _kineto import SAMPLES
 
-from analyzer import load
-from analyzer.analysis import Analysis, analyze
-from analyzer.findings import Severity
-from analyzer.replay import Scenario
+from stallscope.analyzer import load
+from stallscope.analyzer.analysis import Analysis, analyze
+from stallscope.analyzer.findings import Severity
+from stallscope.analyzer.replay import Scenario
 from stallscope.cli import main
 
 

@@ -1,4 +1,4 @@
-"""Device findings (analyzer.findings_device): each rule on its planted scenario, silent on its clean twin
+"""Device findings (stallscope.analyzer.findings_device): each rule on its planted scenario, silent on its clean twin
 and on the committed samples, and safe on the real traces."""
 
 from __future__ import annotations
@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 from _kineto import SAMPLES
 
-from analyzer import load
-from analyzer.analysis import Analysis, analyze
-from analyzer.findings import Finding, Severity
-from analyzer.findings_device import RULES
-from analyzer.syncs import SyncKind
-from collector import scenarios as S
-from collector.scenario import Scenario
+from stallscope.analyzer import load
+from stallscope.analyzer.analysis import Analysis, analyze
+from stallscope.analyzer.findings import Finding, Severity
+from stallscope.analyzer.findings_device import RULES
+from stallscope.analyzer.syncs import SyncKind
+from stallscope.collector import scenarios as S
+from stallscope.collector.scenario import Scenario
 
 
 def analysed(sc: Scenario, tmp_path: Path) -> Analysis:

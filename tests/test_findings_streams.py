@@ -1,4 +1,4 @@
-"""Stream findings (analyzer.findings_streams): each rule on a planted scenario and its clean twin, silent on
+"""Stream findings (stallscope.analyzer.findings_streams): each rule on a planted scenario and its clean twin, silent on
 the sample traces, and run on the real traces."""
 
 from __future__ import annotations
@@ -9,17 +9,17 @@ from pathlib import Path
 import pytest
 from _kineto import SAMPLES
 
-from analyzer import load
-from analyzer.analysis import Analysis, analyze, analyze_model
-from analyzer.findings import Finding, Severity
-from analyzer.findings_streams import (
+from stallscope.analyzer import load
+from stallscope.analyzer.analysis import Analysis, analyze, analyze_model
+from stallscope.analyzer.findings import Finding, Severity
+from stallscope.analyzer.findings_streams import (
     RULES,
     copy_compute_serialized,
     streams_never_overlapped,
     unsynchronized_pinned_readback,
 )
-from collector import scenarios as sc
-from collector.scenario import Scenario
+from stallscope.collector import scenarios as sc
+from stallscope.collector.scenario import Scenario
 
 Rule = Callable[[Analysis], list[Finding]]
 SAMPLE_TRACES = sorted(p.name for p in SAMPLES.glob("*.pt.trace.json.gz"))

@@ -7,16 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.critical import Kind
-from analyzer.errors import TraceError
-from analyzer.job.align import align_clocks, match
-from analyzer.job.discover import job_files
-from analyzer.job.reduce import reduce_file
-from analyzer.job.result import JobAnalysis
-from analyzer.job.stragglers import MIN_LATE_US
-from analyzer.job.tables import RankTable
-from analyzer.job.verdict import analyze_job
-from collector.scenario_job import JobTruth, Plant, build_job
+from stallscope.analyzer.critical import Kind
+from stallscope.analyzer.errors import TraceError
+from stallscope.analyzer.job.align import align_clocks, match
+from stallscope.analyzer.job.discover import job_files
+from stallscope.analyzer.job.reduce import reduce_file
+from stallscope.analyzer.job.result import JobAnalysis
+from stallscope.analyzer.job.stragglers import MIN_LATE_US
+from stallscope.analyzer.job.tables import RankTable
+from stallscope.analyzer.job.verdict import analyze_job
+from stallscope.collector.scenario_job import JobTruth, Plant, build_job
 
 WORLD = 4
 STEPS = 5

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from analyzer.job.execute import Execution, reduce_all
-from analyzer.job.tables import RankTable
-from analyzer.job.verdict import analyze_job
-from collector.scenario_job import Plant, build_job
+from stallscope.analyzer.job.execute import Execution, reduce_all
+from stallscope.analyzer.job.tables import RankTable
+from stallscope.analyzer.job.verdict import analyze_job
 from stallscope.cli import main
+from stallscope.collector.scenario_job import Plant, build_job
 
 DLRM = "param_dlrm_v100_8rank"
 
@@ -133,7 +133,7 @@ def test_scheduler_option_uses_a_running_cluster(job_folder: Path, tmp_path: Pat
 
 
 def test_a_local_cluster_listens_on_loopback_only() -> None:
-    from analyzer.job.execute import _client
+    from stallscope.analyzer.job.execute import _client
 
     with _client(Execution(workers=2)) as client:
         info = client.scheduler_info()
@@ -146,7 +146,7 @@ def test_a_local_cluster_listens_on_loopback_only() -> None:
 def test_an_unexpected_error_on_one_rank_is_that_ranks_failure(
     job_folder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import analyzer.job.execute as execute
+    import stallscope.analyzer.job.execute as execute
 
     real = execute.reduce_file
 
@@ -165,7 +165,7 @@ def test_an_unexpected_error_on_one_rank_is_that_ranks_failure(
 
 @pytest.mark.shared
 def test_collective_args_of_a_real_nccl_trace_identify_its_collectives(shared_traces: Path) -> None:
-    from analyzer.job.reduce import reduce_file
+    from stallscope.analyzer.job.reduce import reduce_file
 
     path = shared_traces / "hta_a100_nccl_2rank_rank0.pt.trace.json.gz"
     table = reduce_file(str(path), use_cache=False)

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.job.execute import Execution
-from collector.scenario_job import Plant, build_job
-from dashboard import report
+from stallscope.analyzer.job.execute import Execution
 from stallscope.cli import main
+from stallscope.collector.scenario_job import Plant, build_job
+from stallscope.dashboard import report
 from stallscope.jobs import load_and_analyse_job
 
 HOSTILE = "<script>alert('x')</script>&"

@@ -15,15 +15,15 @@ from _programs import TINY_LM, line_of
 
 torch = pytest.importorskip("torch")
 
-from analyzer.analysis import Analysis, analyze  # noqa: E402
-from analyzer.findings_latent import DECODE_ADVICE, UNMEASURED, input_advice  # noqa: E402
-from analyzer.loader import load  # noqa: E402
-from analyzer.output import to_json  # noqa: E402
-from collector import session  # noqa: E402
-from collector.bundle import SIDECAR_NAME  # noqa: E402
-from dashboard import report  # noqa: E402
-from dashboard.report import findings_doc  # noqa: E402
+from stallscope.analyzer.analysis import Analysis, analyze  # noqa: E402
+from stallscope.analyzer.findings_latent import DECODE_ADVICE, UNMEASURED, input_advice  # noqa: E402
+from stallscope.analyzer.loader import load  # noqa: E402
+from stallscope.analyzer.output import to_json  # noqa: E402
 from stallscope.cli import main  # noqa: E402
+from stallscope.collector import session  # noqa: E402
+from stallscope.collector.bundle import SIDECAR_NAME  # noqa: E402
+from stallscope.dashboard import report  # noqa: E402
+from stallscope.dashboard.report import findings_doc  # noqa: E402
 from stallscope.terminal import render  # noqa: E402
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-only behaviour")

@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from analyzer.analysis import analyze, analyze_model
-from analyzer.loader import load
-from analyzer.model import LaneKind, TraceModel
+from stallscope.analyzer.analysis import analyze, analyze_model
+from stallscope.analyzer.loader import load
+from stallscope.analyzer.model import LaneKind, TraceModel
 from stallscope.cli import main
 
 pytestmark = pytest.mark.shared

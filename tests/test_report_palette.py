@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import re
 
-from analyzer.critical import Kind
-from analyzer.gaps import Cause
-from analyzer.names import EventKind
-from dashboard import palette
+from stallscope.analyzer.critical import Kind
+from stallscope.analyzer.gaps import Cause
+from stallscope.analyzer.names import EventKind
+from stallscope.dashboard import palette
 
 _HEX = re.compile(r"^#[0-9a-f]{6}$")
 

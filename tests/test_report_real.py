@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.analysis import analyze
-from analyzer.loader import load
-from analyzer.model import LaneKind
-from dashboard import report
+from stallscope.analyzer.analysis import analyze
+from stallscope.analyzer.loader import load
+from stallscope.analyzer.model import LaneKind
+from stallscope.dashboard import report
 
 pytestmark = pytest.mark.shared
 

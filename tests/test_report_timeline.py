@@ -1,4 +1,4 @@
-"""Timeline extraction (dashboard.timeline.extract) on builder scenarios: rows, merging, syncs, ranges."""
+"""Timeline extraction (stallscope.dashboard.timeline.extract) on builder scenarios: rows, merging, syncs, ranges."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ from pathlib import Path
 
 import numpy as np
 
-from analyzer.analysis import Analysis, analyze
-from analyzer.loader import load
-from collector import scenarios as sc
-from collector.scenario import Scenario
-from dashboard.timeline import RowKind, extract, figure, lod
+from stallscope.analyzer.analysis import Analysis, analyze
+from stallscope.analyzer.loader import load
+from stallscope.collector import scenarios as sc
+from stallscope.collector.scenario import Scenario
+from stallscope.dashboard.timeline import RowKind, extract, figure, lod
 
 
 def analysed(s: Scenario, tmp_path: Path) -> Analysis:

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from analyzer import load
-from analyzer.analysis import analyze
-from analyzer.output import to_json
-from analyzer.runtiming import run_timing
+from stallscope.analyzer import load
+from stallscope.analyzer.analysis import analyze
+from stallscope.analyzer.output import to_json
+from stallscope.analyzer.runtiming import run_timing
 from stallscope.cli import main
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"

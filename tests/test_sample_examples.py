@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from analyzer.analysis import analyze
-from analyzer.loader import load
+from stallscope.analyzer.analysis import analyze
+from stallscope.analyzer.loader import load
 from stallscope.cli import main
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "sample_traces" / "examples"

@@ -1,4 +1,4 @@
-"""Tests of the synthetic Kineto trace builder (collector.scenario).
+"""Tests of the synthetic Kineto trace builder (stallscope.collector.scenario).
 
 The written JSON is parsed with the stdlib and checked against the simulated timings; no analyzer import.
 """
@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from collector import scenarios as sc
-from collector.scenario import Costs, Scenario, SyncKind, WhatIf
+from stallscope.collector import scenarios as sc
+from stallscope.collector.scenario import Costs, Scenario, SyncKind, WhatIf
 
 BASE = 1_700_000_000_000
 SAMPLES_DIR = Path(__file__).resolve().parent.parent / "sample_traces"

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.analysis import analyze
-from analyzer.loader import load
-from analyzer.output import to_json
-from dashboard.headline import best_saving
-from dashboard.store import CorruptEntry, NotReady, Status, Store, TooLarge, UnknownTrace, check_id
-from dashboard.unpack import BadUpload
-from dashboard.worker import analyse_entry
+from stallscope.analyzer.analysis import analyze
+from stallscope.analyzer.loader import load
+from stallscope.analyzer.output import to_json
+from stallscope.dashboard.headline import best_saving
+from stallscope.dashboard.store import CorruptEntry, NotReady, Status, Store, TooLarge, UnknownTrace, check_id
+from stallscope.dashboard.unpack import BadUpload
+from stallscope.dashboard.worker import analyse_entry
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
 ITEM = SAMPLES / "item_in_loop.pt.trace.json.gz"

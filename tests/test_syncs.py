@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from _kineto import SAMPLES
 
-from analyzer import load
-from analyzer.analysis import Analysis, analyze
-from analyzer.gaps import Cause
-from analyzer.syncs import Reason, SyncKind
+from stallscope.analyzer import load
+from stallscope.analyzer.analysis import Analysis, analyze
+from stallscope.analyzer.gaps import Cause
+from stallscope.analyzer.syncs import Reason, SyncKind
 
 
 def analysed(path: Path, rank: int | None = None) -> Analysis:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from dashboard.store import Status, Store
-from dashboard.worker import Worker
+from stallscope.dashboard.store import Status, Store
+from stallscope.dashboard.worker import Worker
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
 ITEM = SAMPLES / "item_in_loop.pt.trace.json.gz"

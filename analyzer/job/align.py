@@ -15,7 +15,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 
-from analyzer.job.tables import RankTable
+from stallscope.analyzer.job.tables import RankTable
 
 _ROUNDS = 6
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from analyzer.errors import UsageError
-from analyzer.job.reduce import reduce_file
-from analyzer.job.tables import RankFailure, RankTable
+from stallscope.analyzer.errors import UsageError
+from stallscope.analyzer.job.reduce import reduce_file
+from stallscope.analyzer.job.tables import RankFailure, RankTable
 
 Say = Callable[[str], None]
 _CONNECT_TIMEOUT_S = 10

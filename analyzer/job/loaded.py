@@ -1,16 +1,16 @@
 """A rank set already loaded in this process (the dashboard's upload of a rank folder): the chosen rank's
-analysis, as ``analyzer.analysis.analyze`` gives it, and the whole job, each rank analysed once."""
+analysis, as ``stallscope.analyzer.analysis.analyze`` gives it, and the whole job, each rank analysed once."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from analyzer.analysis import Analysis, analyze, analyze_model
-from analyzer.job.collectives import scan_args
-from analyzer.job.reduce import reduce_analysis
-from analyzer.job.result import JobAnalysis
-from analyzer.job.verdict import analyze_job
-from analyzer.model import TraceSet
+from stallscope.analyzer.analysis import Analysis, analyze, analyze_model
+from stallscope.analyzer.job.collectives import scan_args
+from stallscope.analyzer.job.reduce import reduce_analysis
+from stallscope.analyzer.job.result import JobAnalysis
+from stallscope.analyzer.job.verdict import analyze_job
+from stallscope.analyzer.model import TraceSet
 
 
 def analyse_set(traces: TraceSet, rank: int | None = None) -> tuple[Analysis, JobAnalysis | None]:

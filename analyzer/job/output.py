@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from analyzer.job.result import InstanceResult, JobAnalysis
+from stallscope.analyzer.job.result import InstanceResult, JobAnalysis
 
 WORST = 10  # instances listed in full
 

@@ -12,18 +12,26 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from analyzer import cache, intervals
-from analyzer.analysis import Analysis, analyze_model, busy_intervals
-from analyzer.arrays import distinct
-from analyzer.critical import CriticalPath, Kind
-from analyzer.errors import StallscopeError
-from analyzer.gaps import Cause
-from analyzer.job.collectives import ArgIndex, Found, find_collectives, scan_args
-from analyzer.job.tables import KINDS, Collective, Overlap, RankFailure, RankTable, SiteTime, StepRow
-from analyzer.loader import load_file
-from analyzer.model import TraceModel
-from analyzer.names import EventKind
-from analyzer.sites import call_site, parse_frame
+from stallscope.analyzer import cache, intervals
+from stallscope.analyzer.analysis import Analysis, analyze_model, busy_intervals
+from stallscope.analyzer.arrays import distinct
+from stallscope.analyzer.critical import CriticalPath, Kind
+from stallscope.analyzer.errors import StallscopeError
+from stallscope.analyzer.gaps import Cause
+from stallscope.analyzer.job.collectives import ArgIndex, Found, find_collectives, scan_args
+from stallscope.analyzer.job.tables import (
+    KINDS,
+    Collective,
+    Overlap,
+    RankFailure,
+    RankTable,
+    SiteTime,
+    StepRow,
+)
+from stallscope.analyzer.loader import load_file
+from stallscope.analyzer.model import TraceModel
+from stallscope.analyzer.names import EventKind
+from stallscope.analyzer.sites import call_site, parse_frame
 
 SITES_PER_KIND = 2
 _HOST_KINDS = (EventKind.CPU_OP, EventKind.ANNOTATION, EventKind.PYTHON, EventKind.RUNTIME, EventKind.DRIVER)

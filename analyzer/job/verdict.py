@@ -10,10 +10,10 @@ from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 
-from analyzer.critical import Kind
-from analyzer.findings import Severity
-from analyzer.job.align import Instance, align_clocks, match
-from analyzer.job.result import (
+from stallscope.analyzer.critical import Kind
+from stallscope.analyzer.findings import Severity
+from stallscope.analyzer.job.align import Instance, align_clocks, match
+from stallscope.analyzer.job.result import (
     InstanceResult,
     JobAnalysis,
     JobFinding,
@@ -22,8 +22,8 @@ from analyzer.job.result import (
     RankStats,
     StepCell,
 )
-from analyzer.job.stragglers import MIN_LATE_US, instance_results
-from analyzer.job.tables import RankFailure, RankTable
+from stallscope.analyzer.job.stragglers import MIN_LATE_US, instance_results
+from stallscope.analyzer.job.tables import RankFailure, RankTable
 
 ADVICE: dict[str, str] = {
     Kind.INPUT.value: (

@@ -19,10 +19,10 @@ from urllib.parse import parse_qs
 
 from dash import Dash, Input, Output, State, html, no_update
 
-from dashboard.pages import compare, explorer, job, overview, tables, traces, whatif
-from dashboard.pages.common import Shell, message, progress_text, ready_entry
-from dashboard.services import Services
-from dashboard.store import Status, StoreError
+from stallscope.dashboard.pages import compare, explorer, job, overview, tables, traces, whatif
+from stallscope.dashboard.pages.common import Shell, message, progress_text, ready_entry
+from stallscope.dashboard.services import Services
+from stallscope.dashboard.store import Status, StoreError
 
 _TRACE_PAGES = {
     "": overview.layout,

@@ -12,11 +12,11 @@ from typing import Any
 from dash import dcc, html
 from dash.dash_table.DataTable import DataTable
 
-from dashboard.palette import FONT_FAMILY, GRID, MUTED, PYTHON, TEXT
-from dashboard.report import ms as report_ms
-from dashboard.report import site_text as report_site_text
-from dashboard.services import Services
-from dashboard.store import Entry, Status, StoreError
+from stallscope.dashboard.palette import FONT_FAMILY, GRID, MUTED, PYTHON, TEXT
+from stallscope.dashboard.report import ms as report_ms
+from stallscope.dashboard.report import site_text as report_site_text
+from stallscope.dashboard.services import Services
+from stallscope.dashboard.store import Entry, Status, StoreError
 
 
 class Shell(str, Enum):
@@ -79,7 +79,7 @@ def data_table(**props: Any) -> Any:
 
 
 def ms(us: float | None) -> str:
-    """The report's time format (``dashboard.report.ms``), "-" for a value that does not exist."""
+    """The report's time format (``stallscope.dashboard.report.ms``), "-" for a value that does not exist."""
     return "-" if us is None else report_ms(us)
 
 

@@ -8,11 +8,11 @@ from typing import Any
 
 from dash import Dash, Input, Output, dcc, html
 
-from dashboard.headline import bottleneck_text, catalog_summary
-from dashboard.pages import figures
-from dashboard.pages.common import Doc, data_table, message, ms, pct, site_text
-from dashboard.services import Services
-from dashboard.store import Status, StoreError
+from stallscope.dashboard.headline import bottleneck_text, catalog_summary
+from stallscope.dashboard.pages import figures
+from stallscope.dashboard.pages.common import Doc, data_table, message, ms, pct, site_text
+from stallscope.dashboard.services import Services
+from stallscope.dashboard.store import Status, StoreError
 
 
 class Ids(str, Enum):

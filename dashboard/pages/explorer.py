@@ -1,7 +1,7 @@
 """Timeline explorer: zoom and pan with server-side windowing.
 
-Every zoom, pan, reset or zoom-out asks ``dashboard.timeline.extract`` for the visible range only, merged
-to screen resolution (``max_items_per_lane``), and redraws with ``dashboard.timeline.figure``: the browser
+Every zoom, pan, reset or zoom-out asks ``stallscope.dashboard.timeline.extract`` for the visible range only, merged
+to screen resolution (``max_items_per_lane``), and redraws with ``stallscope.dashboard.timeline.figure``: the browser
 never holds more than a screenful of items, however large the trace. The critical path, gaps by cause and
 syncs are rows and marks of the same figure. A click shows the item's details and call site.
 """
@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
-from dashboard import timeline
-from dashboard.pages.common import Doc, Shell, message, ms, trace_nav
-from dashboard.services import Services
-from dashboard.store import Entry, StoreError
+from stallscope.dashboard import timeline
+from stallscope.dashboard.pages.common import Doc, Shell, message, ms, trace_nav
+from stallscope.dashboard.services import Services
+from stallscope.dashboard.store import Entry, StoreError
 
 MAX_ITEMS = 600  # per row and view: about one item per two pixels of a laptop-wide plot
 MIN_SPAN_US = 1.0
@@ -247,7 +247,7 @@ def on_preparing(services: Services, trace_id: str, pathname: str | None, search
     live = services.live
     if not live.ready(trace_id) and live.failure(trace_id) is None:
         return no_update
-    from dashboard.pages import render
+    from stallscope.dashboard.pages import render
 
     return render(services, pathname, search)
 

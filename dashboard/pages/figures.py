@@ -1,5 +1,5 @@
 """The dashboard's own figures (what-if and compare); the timeline and the summary charts come from
-``dashboard.timeline`` and ``dashboard.charts``, shared with the HTML report. Colours from the palette;
+``stallscope.dashboard.timeline`` and ``stallscope.dashboard.charts``, shared with the HTML report. Colours from the palette;
 trace text HTML-escaped before plotly sees it (plotly renders a subset of HTML in labels)."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from analyzer.analysis import Analysis
-from analyzer.model import LaneKind
-from analyzer.names import EventKind
-from analyzer.replay import Replay
-from dashboard import palette
-from dashboard.timeline import lod
+from stallscope.analyzer.analysis import Analysis
+from stallscope.analyzer.model import LaneKind
+from stallscope.analyzer.names import EventKind
+from stallscope.analyzer.replay import Replay
+from stallscope.dashboard import palette
+from stallscope.dashboard.timeline import lod
 
 Doc = dict[str, Any]
 _ROWS_MAX_ITEMS = 600

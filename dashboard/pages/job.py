@@ -11,10 +11,10 @@ from typing import Any
 import plotly.graph_objects as go
 from dash import Dash, Input, Output, State, dcc, html
 
-from dashboard import job_report, palette
-from dashboard.pages.common import Doc, card, data_table, message, ms, pct, trace_nav
-from dashboard.services import Services
-from dashboard.store import Entry, StoreError
+from stallscope.dashboard import job_report, palette
+from stallscope.dashboard.pages.common import Doc, card, data_table, message, ms, pct, trace_nav
+from stallscope.dashboard.services import Services
+from stallscope.dashboard.store import Entry, StoreError
 
 _METRICS = {key: label for key, label, _ in job_report.METRICS}
 

@@ -9,10 +9,10 @@ from typing import Any
 
 from dash import Dash, dcc, html
 
-from dashboard.headline import bottleneck_text, catalog_summary, utilization_text
-from dashboard.pages.common import Doc, card, data_table, ms, trace_nav
-from dashboard.services import Services
-from dashboard.store import Entry
+from stallscope.dashboard.headline import bottleneck_text, catalog_summary, utilization_text
+from stallscope.dashboard.pages.common import Doc, card, data_table, ms, trace_nav
+from stallscope.dashboard.services import Services
+from stallscope.dashboard.store import Entry
 
 
 class Ids(str, Enum):
@@ -41,7 +41,9 @@ def headline(doc: Doc) -> list[tuple[str, str]]:
 
 
 def findings_list(doc: Doc) -> html.Div:
-    from dashboard.report import findings_doc as report_findings  # the report's own rows, shared verbatim
+    from stallscope.dashboard.report import (
+        findings_doc as report_findings,  # the report's own rows, shared verbatim
+    )
 
     items = []
     for f in report_findings(doc):
@@ -74,8 +76,10 @@ def findings_list(doc: Doc) -> html.Div:
 
 
 def layout(services: Services, entry: Entry) -> html.Div:
-    from dashboard import charts
-    from dashboard.report import verdict_doc as report_verdict  # the report's verdict sentence, verbatim
+    from stallscope.dashboard import charts
+    from stallscope.dashboard.report import (
+        verdict_doc as report_verdict,  # the report's verdict sentence, verbatim
+    )
 
     doc = services.store.overview(entry.id)  # bounded: no critical-path segments
     services.live.warm(entry.id)  # the timeline needs the typed analysis: start rebuilding it now
@@ -128,7 +132,7 @@ def layout(services: Services, entry: Entry) -> html.Div:
 
 def _top_ops_panel(entry: Entry, doc: Doc) -> html.Div | None:
     """A CPU-only run's main answer: the host ops with the most self time (the Top ops tab has all)."""
-    from dashboard.pages.tables import TOP_OP_COLUMNS, top_op_rows
+    from stallscope.dashboard.pages.tables import TOP_OP_COLUMNS, top_op_rows
 
     rows = top_op_rows(doc, limit=5)
     if not rows:

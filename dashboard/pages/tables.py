@@ -12,10 +12,10 @@ from typing import Any
 
 from dash import Dash, Input, Output, State, dcc, html
 
-from dashboard.headline import cpu_only
-from dashboard.pages.common import Doc, data_table, site_text, trace_nav
-from dashboard.services import Services
-from dashboard.store import Entry, StoreError
+from stallscope.dashboard.headline import cpu_only
+from stallscope.dashboard.pages.common import Doc, data_table, site_text, trace_nav
+from stallscope.dashboard.services import Services
+from stallscope.dashboard.store import Entry, StoreError
 
 
 class Ids(str, Enum):

@@ -15,11 +15,11 @@ from typing import Any
 
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
-from dashboard.headline import bottleneck_text
-from dashboard.pages.common import Shell, data_table
-from dashboard.services import Services
-from dashboard.store import Entry, StoreError
-from dashboard.unpack import BadUpload
+from stallscope.dashboard.headline import bottleneck_text
+from stallscope.dashboard.pages.common import Shell, data_table
+from stallscope.dashboard.services import Services
+from stallscope.dashboard.store import Entry, StoreError
+from stallscope.dashboard.unpack import BadUpload
 
 
 class Ids(str, Enum):

@@ -8,12 +8,12 @@ from typing import Any
 
 from dash import Dash, Input, Output, State, dcc, html
 
-from analyzer.replay import Scenario
-from dashboard.live import retimed
-from dashboard.pages import figures
-from dashboard.pages.common import Doc, data_table, message, ms, trace_nav
-from dashboard.services import Services
-from dashboard.store import Entry, StoreError
+from stallscope.analyzer.replay import Scenario
+from stallscope.dashboard.live import retimed
+from stallscope.dashboard.pages import figures
+from stallscope.dashboard.pages.common import Doc, data_table, message, ms, trace_nav
+from stallscope.dashboard.services import Services
+from stallscope.dashboard.store import Entry, StoreError
 
 LABELS = {
     "no_avoidable_syncs": "remove the avoidable syncs",
