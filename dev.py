@@ -33,9 +33,9 @@ COMPONENTS = (
 DEMO_SCRIPT = ROOT / "examples" / "item_logging.py"  # profiled end to end: `.item()` every step
 
 
-def run(*cmd: str | Path) -> None:
+def run(*cmd: str | Path, cwd: Path = ROOT) -> None:
     print("+", " ".join(str(c) for c in cmd), flush=True)
-    subprocess.run([str(c) for c in cmd], cwd=ROOT, check=True)
+    subprocess.run([str(c) for c in cmd], cwd=cwd, check=True)
 
 
 def setup() -> None:
@@ -51,22 +51,30 @@ def setup() -> None:
     STAMP.write_text(want)
 
 
-def typecheck_tree() -> None:
-    """Lay out the installed import names for mypy, which cannot follow pyproject's package-dir: links to
-    the front's files and to the three component folders under .typecheck/stallscope."""
-    tree = ROOT / ".typecheck" / "stallscope"
-    shutil.rmtree(tree.parent, ignore_errors=True)
-    tree.mkdir(parents=True)
-    front = [p for p in (ROOT / "stallscope").iterdir() if p.name != "__pycache__"]
-    for source in [*front, *(ROOT / c for c in COMPONENTS)]:
-        (tree / source.name).symlink_to(os.path.relpath(source, tree), target_is_directory=source.is_dir())
+def link_tree() -> Path:
+    """Lay out the installed import names for the tools that cannot follow pyproject's package-dir (mypy,
+    import-linter): .typecheck/stallscope/ holds the front's files and the three component folders as
+    real folders of links to the source files (import-linter does not walk linked folders)."""
+    top = ROOT / ".typecheck"
+    shutil.rmtree(top, ignore_errors=True)
+    for name, folder in [("", ROOT / "stallscope"), *((c, ROOT / c) for c in COMPONENTS)]:
+        for source in folder.rglob("*.py"):
+            rel = source.relative_to(folder)
+            if name == "" and rel.parts[0] in COMPONENTS:
+                continue
+            link = top / "stallscope" / name / rel
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(os.path.relpath(source, link.parent))
+    return top
 
 
 def lint() -> None:
     run(PY, "-m", "ruff", "check", ".")
     run(PY, "-m", "ruff", "format", "--check", ".")
-    typecheck_tree()
+    tree = link_tree()
     run(PY, "-m", "mypy")
+    # run from the tree, whose stallscope is the installed layout (import-linter puts the cwd first)
+    run(BIN / "lint-imports", ROOT / "pyproject.toml", cwd=tree)
 
 
 def main(argv: list[str]) -> int:

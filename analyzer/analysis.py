@@ -1,212 +1,67 @@
 """Analysis passes over a trace model and the typed ``Analysis`` result.
 
-Each pass is a small pure function ``pass(model, ...) -> typed result``; ``analyze`` runs them in order.
-Semantics follow DESIGN.md §4 (window, device busy/idle, steps).
+``analyze_model`` runs the passes in order (each a small pure function ``pass(model, ...) -> typed result``),
+gathers their results as ``Evidence``, runs the findings rules and the self-check over it, and returns the
+``Analysis``: the evidence with findings, top tables and warnings. Semantics follow DESIGN.md §4.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from enum import Enum
+from dataclasses import dataclass, fields, replace
 
-import numpy as np
-
-from stallscope.analyzer import consistency, intervals
-from stallscope.analyzer.critical import CriticalPath, critical_path
-from stallscope.analyzer.findings import Finding, find_findings
-from stallscope.analyzer.gaps import MIN_GAP_US, Cause, Gap, find_gaps
-from stallscope.analyzer.graph import Blocking, Graph, build_graph
-from stallscope.analyzer.inputs import input_intervals, main_thread
-from stallscope.analyzer.model import F64, LoadReport, TraceModel, TraceSet
-from stallscope.analyzer.names import EventKind
-from stallscope.analyzer.pipeline import Pipeline, pipeline_model
-from stallscope.analyzer.replay import Scenario, make_frame
-from stallscope.analyzer.runtiming import RunTiming, run_timing
-from stallscope.analyzer.sidecar import Sidecar
-from stallscope.analyzer.syncs import Sync, find_syncs
-from stallscope.analyzer.tops import Tops, top_tables
-from stallscope.analyzer.verdict import Verdict, decide
-from stallscope.analyzer.whatif import AvoidablePolicy, WhatIfReport, host_only, what_if
+from stallscope.analyzer import selfcheck
+from stallscope.analyzer.core import intervals
+from stallscope.analyzer.core.model import TraceModel, TraceSet
+from stallscope.analyzer.evidence import Evidence, Options
+from stallscope.analyzer.findings.base import Finding
+from stallscope.analyzer.findings.registry import find_findings
+from stallscope.analyzer.graph.dependency import Graph, build_graph
+from stallscope.analyzer.graph.inputs import input_intervals, main_thread
+from stallscope.analyzer.load.sidecar import Sidecar
+from stallscope.analyzer.passes.critical import CriticalPath, critical_path
+from stallscope.analyzer.passes.gaps import Cause, Gap, find_gaps
+from stallscope.analyzer.passes.pipeline import pipeline_model
+from stallscope.analyzer.passes.replay import Scenario, make_frame
+from stallscope.analyzer.passes.runtiming import run_timing
+from stallscope.analyzer.passes.syncs import find_syncs
+from stallscope.analyzer.passes.tops import TOP, Tops, top_tables
+from stallscope.analyzer.passes.verdict import decide
+from stallscope.analyzer.passes.whatif import WhatIfReport, host_only, scenario_costs, what_if
+from stallscope.analyzer.passes.window import (
+    Window,
+    busy_intervals,
+    device_usage,
+    find_window,
+    host_sync_calls,
+    step_stats,
+    summarize,
+)
 
 SCHEMA = "stallscope.analysis/2"
 
 
-class WindowBasis(str, Enum):
-    STEPS = "steps"  # first to last ProfilerStep#N span
-    TRACE = "trace"  # first to last event
-
-
 @dataclass(frozen=True)
-class Window:
-    start_us: float
-    end_us: float
-    basis: WindowBasis
+class Analysis(Evidence):
+    """One rank's analysis: the passes' evidence, and what was concluded from it."""
 
-    @property
-    def dur_us(self) -> float:
-        return self.end_us - self.start_us
-
-
-@dataclass(frozen=True)
-class DeviceUsage:
-    id: int
-    name: str
-    busy_us: float
-    idle_us: float
-    utilization: float
-    activities: int  # kernels, copies and memsets inside the window
-
-
-@dataclass(frozen=True)
-class StepStats:
-    name: str
-    start_us: float
-    dur_us: float
-    device_busy_us: float
-    device_idle_us: float
-    host_sync_wait_us: float
-
-
-@dataclass(frozen=True)
-class Summary:
-    wall_us: float
-    device_busy_us: float
-    device_idle_us: float
-    device_utilization: float
-    host_sync_wait_us: float
-    # filled by later passes (sync classification, critical path, what-if); None until then
-    sync_count: int | None = None
-    avoidable_sync_count: int | None = None
-    critical_path_us: float | None = None
-    bottleneck: str | None = None
-    est_saving_us: float | None = None
-
-
-@dataclass(frozen=True)
-class Options:
-    """Analysis settings (DESIGN.md §4 defaults)."""
-
-    min_gap_us: float = MIN_GAP_US
-    avoidable: AvoidablePolicy | None = (
-        None  # which calls no_avoidable_syncs drops (None: the avoidable syncs)
-    )
-
-
-@dataclass(frozen=True)
-class Analysis:
-    model: TraceModel
-    window: Window
-    main_device: int | None  # the device the rank used most; summary figures are for it
-    devices: tuple[DeviceUsage, ...]
-    steps: tuple[StepStats, ...]
-    summary: Summary
-    graph: Graph | None = None
-    critical: CriticalPath | None = None
-    gaps: tuple[Gap, ...] = ()
-    idle_by_cause: dict[Cause, float] = field(default_factory=dict)
-    bubble_us: dict[int, float] = field(default_factory=dict)  # graph call index -> idle charged to it
-    whatif: WhatIfReport | None = None
-    pipeline: Pipeline | None = None
-    syncs: tuple[Sync, ...] = ()
     findings: tuple[Finding, ...] = ()
-    sidecar: Sidecar | None = None  # the bundle's sidecar, when the trace came with one
-    run_timing: RunTiming | None = None  # every step of the run (sidecar), against the profiled ones
-    options: Options = field(default_factory=Options)
-    ranks: tuple[int, ...] = ()
-    per_rank: dict[int, Summary] = field(default_factory=dict)
-    notes: tuple[str, ...] = ()
-    verdict: Verdict | None = None  # the bottleneck, how it was decided, and its evidence
-    warnings: tuple[str, ...] = ()  # contradictions the self-check found (stallscope.analyzer.consistency)
+    warnings: tuple[str, ...] = ()  # contradictions the self-check found (``selfcheck``)
     tops: Tops | None = None  # the top ops and kernels (made once here, so that no view rescans events)
 
-    @property
-    def report(self) -> LoadReport:
-        return self.model.report
+    @classmethod
+    def of(
+        cls, evidence: Evidence, findings: tuple[Finding, ...], warnings: tuple[str, ...], tops: Tops | None
+    ) -> Analysis:
+        passes = {f.name: getattr(evidence, f.name) for f in fields(Evidence)}
+        return cls(**passes, findings=findings, warnings=warnings, tops=tops)
 
-
-_NOT_WORK = (EventKind.INSTANT, EventKind.TRACE_SPAN, EventKind.OVERHEAD)
-
-
-def find_window(model: TraceModel) -> Window:
-    """First to last profiled step when the trace has ``ProfilerStep#N`` spans, else first to last event
-    (instants, the profiler's own span and its overhead records excluded)."""
-    if model.steps:
-        start = min(s.start_us for s in model.steps)
-        end = max(s.end_us for s in model.steps)
-        return Window(start, end, WindowBasis.STEPS)
-    ev = model.events
-    work = ~ev.is_kind(*_NOT_WORK)
-    if not work.any():
-        work = np.ones(len(ev), dtype=np.bool_)
-    return Window(float(ev.ts[work].min()), float(ev.end[work].max()), WindowBasis.TRACE)
-
-
-def busy_intervals(model: TraceModel, device: int, window: Window) -> tuple[F64, F64]:
-    """Disjoint busy intervals of one device (all streams), clipped to the window."""
-    ev = model.events
-    mask = ev.activity_mask() & model.device_lanes(device)[ev.lane]
-    s, e = intervals.union(ev.ts[mask], ev.end[mask])
-    return intervals.clip(s, e, window.start_us, window.end_us)
-
-
-def device_usage(model: TraceModel, window: Window) -> tuple[DeviceUsage, ...]:
-    ev = model.events
-    act = ev.activity_mask()
-    inside = act & (ev.end > window.start_us) & (ev.ts < window.end_us)
-    out = []
-    for d in model.devices:
-        s, e = busy_intervals(model, d.id, window)
-        busy = intervals.total(s, e)
-        count = int(np.count_nonzero(inside & model.device_lanes(d.id)[ev.lane]))
-        dur = window.dur_us
-        out.append(
-            DeviceUsage(d.id, d.name, busy, max(dur - busy, 0.0), busy / dur if dur > 0 else 0.0, count)
-        )
-    return tuple(out)
-
-
-def host_sync_calls(g: Graph) -> tuple[F64, F64]:
-    """Disjoint intervals of the host calls that block until device work completes (device/stream/event
-    synchronize, synchronous copies and copies to or from pageable memory, allocator syncs), while they
-    waited: a blocking call is counted whole, but a call whose awaited work had already finished (a
-    6 s ``cudaFree`` on an idle device) is the host's own time, not a wait."""
-    waited = (g.call_blocking != Blocking.NO) & (g.waited() > 0)
-    return intervals.union(g.call_start[waited], g.call_end[waited])
-
-
-def step_stats(
-    model: TraceModel, main_device: int | None, window: Window, waits: tuple[F64, F64]
-) -> tuple[StepStats, ...]:
-    if not model.steps:
-        return ()
-    lo = np.array([s.start_us for s in model.steps])
-    hi = np.array([s.end_us for s in model.steps])
-    if main_device is None:
-        busy = np.zeros(len(lo))
-    else:
-        s, e = busy_intervals(model, main_device, window)
-        busy = intervals.covered_in(s, e, lo, hi)
-    wait = intervals.covered_in(waits[0], waits[1], lo, hi)
-    return tuple(
-        StepStats(st.name, st.start_us, st.dur_us, float(b), max(st.dur_us - float(b), 0.0), float(w))
-        for st, b, w in zip(model.steps, busy, wait, strict=True)
-    )
-
-
-def summarize(
-    window: Window, devices: tuple[DeviceUsage, ...], waits: tuple[F64, F64]
-) -> tuple[int | None, Summary]:
-    main = max(devices, key=lambda d: (d.busy_us, -d.id)) if devices else None
-    ws, we = intervals.clip(waits[0], waits[1], window.start_us, window.end_us)
-    summary = Summary(
-        wall_us=window.dur_us,
-        device_busy_us=main.busy_us if main else 0.0,
-        device_idle_us=main.idle_us if main else window.dur_us,
-        device_utilization=main.utilization if main else 0.0,
-        host_sync_wait_us=intervals.total(ws, we),
-    )
-    return (main.id if main else None), summary
+    def top(self, limit: int = TOP) -> Tops:
+        """The top tables cut to ``limit`` rows, made again only when asked for more than they hold."""
+        t = self.tops
+        if t is None or limit > TOP:
+            return top_tables(self.model, self.window.start_us, self.window.end_us, limit)
+        return Tops(t.ops[:limit], t.kernels[:limit])
 
 
 def _notes(whatif: WhatIfReport, critical: CriticalPath, pinned: float, window: Window) -> tuple[str, ...]:
@@ -294,7 +149,12 @@ def analyze_model(
     say("what-if")
     avoidable_calls = frozenset(c for s in syncs if s.avoidable for c in s.calls)
     policy = opts.avoidable or (lambda _m, _g, _s, _e: avoidable_calls)
-    whatif = what_if(model, graph, frame, policy) if main is not None else host_only(window.dur_us, critical)
+    scenarios = scenario_costs(model, graph, frame, policy)
+    whatif = (
+        what_if(graph, frame, scenarios)
+        if main is not None
+        else host_only(window.dur_us, critical, scenarios)
+    )
     notes = _notes(whatif, critical, _unlinked_share(graph, main, window), window)
     saving = max(whatif.saving(Scenario.NO_AVOIDABLE_SYNCS), whatif.saving(Scenario.INPUT_OVERLAPPED), 0.0)
     util = summary.device_utilization if main is not None else None
@@ -308,7 +168,7 @@ def analyze_model(
         est_saving_us=saving,
     )
     pipe = pipeline_model(model, graph, main, [s.host_sync_wait_us for s in steps])
-    result = Analysis(
+    evidence = Evidence(
         model,
         window,
         main,
@@ -328,12 +188,13 @@ def analyze_model(
         options=opts,
         notes=notes,
         verdict=verdict,
+        frame=frame,
     )
     say("findings")
+    findings = find_findings(evidence)
     tops = top_tables(model, window.start_us, window.end_us)
-    result = replace(result, findings=find_findings(result), tops=tops)
     say("self-check")
-    return replace(result, warnings=consistency.check(result))
+    return Analysis.of(evidence, findings, selfcheck.check(evidence), tops)
 
 
 def analyze(

@@ -23,7 +23,7 @@ from bench_load import DEFAULT_SOURCE, best, child, tiled_trace  # noqa: E402
 CHILD = r"""
 import json, resource, sys, time
 from pathlib import Path
-from stallscope.analyzer.loader import load_file
+from stallscope.analyzer.load.loader import load_file
 t, c = time.perf_counter(), time.process_time()
 model = load_file(Path(sys.argv[1]), use_cache=False)
 print(json.dumps({"load_s": time.perf_counter() - t, "cpu_s": time.process_time() - c,

@@ -54,8 +54,8 @@ CHILD_OURS = r"""
 import json, resource, sys, time
 from pathlib import Path
 t0 = time.perf_counter()
-from analyzer import cache
-from analyzer.loader import load_file
+from stallscope.analyzer.load import cache
+from stallscope.analyzer.load.loader import load_file
 t1 = time.perf_counter()
 model = load_file(Path(sys.argv[1]), use_cache=sys.argv[2] == "cache")
 t2 = time.perf_counter()
@@ -69,10 +69,11 @@ CHILD_ANALYZE = r"""
 import json, resource, sys, time
 from pathlib import Path
 t0 = time.perf_counter()
-from analyzer import cache
-from analyzer.analysis import analyze_model
-from analyzer.loader import load_file
-from analyzer.output import encode_json, to_json
+from stallscope.analyzer.load import cache
+from stallscope.analyzer.analysis import analyze_model
+from stallscope.analyzer.load.loader import load_file
+from stallscope.analyzer.document.analysis import to_json
+from stallscope.analyzer.document.encoding import encode_json
 t1 = time.perf_counter()
 c1 = time.process_time()
 model = load_file(Path(sys.argv[1]))
@@ -112,7 +113,7 @@ def tree(pid):
         pass
     return out
 t = time.perf_counter()
-proc = subprocess.Popen([sys.executable, "-c", "from stallscope.cli import entry; entry()", *sys.argv[1:]])
+proc = subprocess.Popen([sys.executable, "-c", "from stallscope.commands import entry; entry()", *sys.argv[1:]])
 tree_peak_kb = 0
 while proc.poll() is None:
     tree_peak_kb = max(tree_peak_kb, sum(pss_kb(p) for p in tree(proc.pid)))

@@ -29,8 +29,8 @@ CHILD = r"""
 import json, resource, sys, time
 from pathlib import Path
 from stallscope.analyzer.analysis import analyze_model
-from stallscope.analyzer.loader import load_file
-from stallscope.analyzer.output import to_json
+from stallscope.analyzer.load.loader import load_file
+from stallscope.analyzer.document.analysis import to_json
 from stallscope.dashboard import report
 from stallscope.dashboard.store import overview_doc
 repeat = int(sys.argv[2])

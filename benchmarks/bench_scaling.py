@@ -43,12 +43,12 @@ import json, resource, sys, time
 from pathlib import Path
 import stallscope.analyzer
 from stallscope.analyzer.analysis import analyze_model
-from stallscope.analyzer.loader import load_file
-from stallscope.analyzer.output import encode_json
+from stallscope.analyzer.load.loader import load_file
+from stallscope.analyzer.document.encoding import encode_json
 try:
-    from stallscope.analyzer.output import encoded_document
+    from stallscope.analyzer.document.analysis import encoded_document
 except ImportError:  # a --baseline revision from before it
-    from stallscope.analyzer.output import to_json as encoded_document
+    from stallscope.analyzer.document.analysis import to_json as encoded_document
 try:  # the process settings of the commands (``stallscope.analysing``), each as far as a revision has it
     from stallscope.allocator import keep_freed_memory
     keep_freed_memory()

@@ -27,8 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from stallscope.analyzer import load
 from stallscope.analyzer.analysis import analyze
+from stallscope.analyzer.load.loader import load
 
 REPO = Path(__file__).resolve().parents[1]
 TRACES = REPO.parent / "shared" / "traces"

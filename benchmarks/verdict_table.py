@@ -13,8 +13,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from stallscope.analyzer import load  # noqa: E402
 from stallscope.analyzer.analysis import Analysis, analyze  # noqa: E402
+from stallscope.analyzer.load.loader import load  # noqa: E402
 
 
 def row(name: str, a: Analysis) -> str:

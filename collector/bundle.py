@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from stallscope.analyzer.errors import UsageError
+from stallscope.analyzer.core.errors import UsageError
 
 SCHEMA = "stallscope.sidecar/1"
 TRACE_NAME = "trace.pt.trace.json.gz"

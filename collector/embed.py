@@ -3,7 +3,7 @@
 ``embed_sidecar`` rewrites the bundle's gzip Kineto JSON with the sidecar document as its first top-level
 key, ``"stallscope"``. Readers of Kineto JSON look up the keys they know (``traceEvents``,
 ``deviceProperties``...) and ignore others, so Perfetto, TensorBoard and HTA read the file as before;
-``stallscope.analyzer.sidecar.embedded_sidecar`` reads it back from the first blocks of the file, so a trace
+``stallscope.analyzer.load.sidecar.embedded_sidecar`` reads it back from the first blocks of the file, so a trace
 uploaded or copied alone keeps every sidecar finding. The rewrite streams: it never holds the trace in
 memory.
 """

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stallscope.analyzer.errors import StallscopeError
+from stallscope.analyzer.core.errors import StallscopeError
 from stallscope.collector.window import DEFAULT_MAX_EVENTS
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from stallscope.analyzer.errors import StallscopeError
+from stallscope.analyzer.core.errors import StallscopeError
 from stallscope.collector.bundle import TRACE_SUFFIX, Staging, run_metadata, sidecar
 from stallscope.collector.embed import embed_sidecar
 from stallscope.collector.session import Capture, ProfileOptions, Session

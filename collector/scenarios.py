@@ -501,7 +501,7 @@ def pinned_readback_with_event_sync(
     return _pinned_readback("pinned_readback_with_event_sync", steps, kernel_us, copy_us, synced=True)
 
 
-# ----- device findings (stallscope.analyzer.findings_device): planted cases and their clean twins ------------------
+# ----- device findings (stallscope.analyzer.findings.device): planted cases and their clean twins ------------------
 
 SGEMM = "ampere_sgemm_128x64_tn"
 SCONV = "void cudnn::detail::implicit_convolve_sgemm<float, float, 1024, 5, 5, 3, 3, 3, 1, true, false, true>"

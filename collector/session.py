@@ -56,7 +56,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from stallscope.analyzer.errors import StallscopeError
+from stallscope.analyzer.core.errors import StallscopeError
 from stallscope.collector.options import Capture as Capture
 from stallscope.collector.options import ProfileOptions as ProfileOptions
 from stallscope.collector.origin import DataLoaderWatch, OriginTracker

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from stallscope.analyzer.errors import StallscopeError
+from stallscope.analyzer.core.errors import StallscopeError
 
 _CHUNK = 1 << 20
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 import numpy as np
 import plotly.graph_objects as go
 
-from stallscope.analyzer.counters import decimate
-from stallscope.analyzer.model import F64, TraceModel
+from stallscope.analyzer.core.model import F64, TraceModel
+from stallscope.analyzer.load.counters import decimate
 from stallscope.dashboard import palette
 
 MAX_ROWS = 8  # counter rows drawn; the others are named in the row label of the last one

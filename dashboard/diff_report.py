@@ -1,6 +1,6 @@
 """The standalone HTML page of ``stallscope diff A B --report OUT``: the comparison of two runs.
 
-Renders the ``stallscope.diff/1`` document (``stallscope.analyzer.diff.diff_json``) and nothing else: every figure
+Renders the ``stallscope.diff/1`` document (``stallscope.analyzer.document.diff.diff_json``) and nothing else: every figure
 was computed by the diff, which read only the two analyses. Trace text (op, kernel and step names, call
 sites, paths) is hostile: the template is rendered by Jinja with autoescape on, the document is embedded
 with ``|tojson`` in a ``<script type="application/json">`` block, and no markup is built from a trace
@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from stallscope.analyzer.critical import VERDICT
+from stallscope.analyzer.passes.verdict import SENTENCE
 from stallscope.dashboard import palette
 from stallscope.dashboard.report import _environment, ms
 
@@ -124,7 +124,7 @@ def _cells(label: str, delta: Doc, how: str, better: int) -> Doc:
 def _verdict(v: Doc) -> Doc:
     if v["cpu_only"]:
         return {"text": "CPU-only profile: no device work, nothing waited on a GPU", "evidence": ""}
-    return {"text": VERDICT.get(v["bottleneck"] or "", "no verdict"), "evidence": v["evidence"]}
+    return {"text": SENTENCE.get(v["bottleneck"] or "", "no verdict"), "evidence": v["evidence"]}
 
 
 def _row(r: Doc) -> Doc:

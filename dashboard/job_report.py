@@ -1,5 +1,5 @@
 """The job part of the HTML report: a rank x step heatmap (wall, device idle, collective wait) and a skew
-chart per collective, read from the analysis JSON's ``job`` key (``stallscope.analyzer.job.output.job_json``).
+chart per collective, read from the analysis JSON's ``job`` key (``stallscope.analyzer.document.job.job_json``).
 
 The heatmaps are HTML tables whose cells carry a computed background colour (no plotly trace type beyond
 the vendored "basic" bundle); the skew charts are plotly bars. Trace text (step names, call sites, paths)

@@ -14,12 +14,8 @@ from collections import OrderedDict
 from pathlib import Path
 
 from stallscope.analyzer.analysis import Analysis, analyze_model
-from stallscope.analyzer.graph import Graph
-from stallscope.analyzer.inputs import input_intervals, main_thread
-from stallscope.analyzer.model import TraceModel
-from stallscope.analyzer.replay import Costs, Replay, Scenario, make_frame, replay
-from stallscope.analyzer.sidecar import Sidecar, read_sidecar
-from stallscope.analyzer.whatif import scenario_costs
+from stallscope.analyzer.load.sidecar import Sidecar, read_sidecar
+from stallscope.analyzer.passes.replay import Costs, Replay, Scenario, replay
 from stallscope.dashboard.store import Store
 
 _KEPT = 3
@@ -104,20 +100,11 @@ class LiveAnalyses:
 
 def retimed(a: Analysis, scenario: Scenario) -> Replay:
     """The analyzer's replay of ``a``'s graph under ``scenario``: new start/end of every call and device
-    activity (the what-if page draws it). The frame and the avoidable calls are the ones ``analyze_model``
-    used for the predicted times, so the drawing ends where the predicted time says."""
-    g = a.graph
-    if g is None:
+    activity (the what-if page draws it). The frame and each scenario's costs are the ones ``analyze_model``
+    made for the predicted times, so the drawing ends where the predicted time says."""
+    g, frame = a.graph, a.frame
+    if g is None or frame is None or a.whatif is None:
         raise ValueError("this analysis has no dependency graph")
-    frame = make_frame(
-        g, a.window.start_us, a.window.end_us, main_thread(a.model, g), input_intervals(a.model)
-    )
-    avoidable = frozenset(c for s in a.syncs if s.avoidable for c in s.calls)
-
-    def policy(_m: TraceModel, _g: Graph, _s: float, _e: float) -> frozenset[int]:
-        return avoidable
-
     if scenario == Scenario.AS_RECORDED:
         return replay(g, frame, Costs())
-    costs = scenario_costs(a.model, g, frame, a.options.avoidable or policy)[scenario]
-    return replay(g, frame, costs)
+    return replay(g, frame, a.whatif.costs[scenario])

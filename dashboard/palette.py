@@ -35,9 +35,9 @@ ANNOTATION = "#b9c2cf"  # blue-grey: user annotations, ProfilerStep
 OTHER = "#d5d9de"
 COUNTER = "#5b4b8a"  # dark violet: counter lines (a value over time, not an interval)
 
-#: Gap causes (``stallscope.analyzer.gaps.Cause`` values), in legend order.
+#: Gap causes (``stallscope.analyzer.passes.gaps.Cause`` values), in legend order.
 CAUSES: tuple[str, ...] = ("sync", "input", "launch", "dependency", "host", "unknown")
-#: Critical-path segment kinds (``stallscope.analyzer.critical.Kind`` values), in legend order.
+#: Critical-path segment kinds (``stallscope.analyzer.passes.critical.Kind`` values), in legend order.
 KINDS: tuple[str, ...] = ("device", "host", "input", "launch", "sync", "idle")
 
 CAUSE_COLORS: Mapping[str, str] = MappingProxyType(
@@ -69,7 +69,7 @@ def tint(colour: str, amount: float = 0.4) -> str:
     return "#" + "".join(f"{round(c + (255 - c) * amount):02x}" for c in rgb)
 
 
-#: Timeline event colours by ``stallscope.analyzer.names.EventKind`` name (lower case), plus ``sync_call`` for a
+#: Timeline event colours by ``stallscope.analyzer.core.names.EventKind`` name (lower case), plus ``sync_call`` for a
 #: runtime call that blocked and ``launch_call`` for one that launched work: tints of the kind colours.
 EVENT_COLORS: Mapping[str, str] = MappingProxyType(
     {

@@ -1,7 +1,7 @@
 """The standalone HTML report: one self-contained file that renders an ``Analysis`` and says what to fix.
 
 The report renders the analyzer's result only (DESIGN.md §1): the verdict, findings, syncs, what-if and
-pipeline numbers are read from the analysis JSON (``stallscope.analyzer.output.to_json``), the timelines from
+pipeline numbers are read from the analysis JSON (``stallscope.analyzer.document.analysis.to_json``), the timelines from
 ``stallscope.dashboard.timeline.extract`` and the charts from ``stallscope.dashboard.charts``. Nothing is recomputed.
 
 Trace text is hostile. The template is rendered by Jinja with autoescape on; figures and data are embedded
@@ -26,11 +26,11 @@ import plotly.graph_objects as go
 from markupsafe import Markup
 
 from stallscope.analyzer.analysis import Analysis
-from stallscope.analyzer.critical import VERDICT
-from stallscope.analyzer.findings_latent import UNMEASURED, measured
-from stallscope.analyzer.job.output import job_json
+from stallscope.analyzer.document.analysis import to_json
+from stallscope.analyzer.document.job import job_json
+from stallscope.analyzer.findings.latent import UNMEASURED, measured
 from stallscope.analyzer.job.result import JobAnalysis
-from stallscope.analyzer.output import to_json
+from stallscope.analyzer.passes.verdict import SENTENCE
 from stallscope.dashboard import charts, job_report, palette, timeline
 from stallscope.dashboard.headline import best_saving, cpu_only
 
@@ -270,7 +270,7 @@ def verdict_doc(doc: Doc) -> Doc:
             "CPU-only profile: no kernels, copies or memsets ran on a device, so nothing waited on a GPU."
         )
     else:
-        verdict = VERDICT.get(s["bottleneck"] or "", "no verdict: the critical path is empty")
+        verdict = SENTENCE.get(s["bottleneck"] or "", "no verdict: the critical path is empty")
         sentence = f"{verdict[0].upper()}{verdict[1:]}. The device was busy {s['device_utilization']:.0%} of {ms(wall)}"
         if idle:
             sentence += (

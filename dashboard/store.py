@@ -37,9 +37,13 @@ from typing import IO, Any, NoReturn
 
 import pyarrow as pa
 
-from stallscope.analyzer.cache import MODEL_FILES, read_model, write_model  # the cache's own Parquet layout
-from stallscope.analyzer.errors import StallscopeError
-from stallscope.analyzer.model import TraceModel
+from stallscope.analyzer.core.errors import StallscopeError
+from stallscope.analyzer.core.model import TraceModel
+from stallscope.analyzer.load.cache import (  # the cache's own Parquet layout
+    MODEL_FILES,
+    read_model,
+    write_model,
+)
 from stallscope.dashboard.headline import catalog_summary
 from stallscope.dashboard.unpack import BadUpload, place
 
@@ -219,7 +223,7 @@ class Store:
     def save_result(self, trace_id: str, model: TraceModel, analysis: dict[str, Any]) -> Entry:
         """Write the trace model (Parquet) and the analysis JSON, then mark the entry ``ready`` with its
         headline numbers, all or nothing."""
-        from stallscope.analyzer.output import encode_compact
+        from stallscope.analyzer.document.encoding import encode_compact
 
         folder = self._folder(trace_id)
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=folder))

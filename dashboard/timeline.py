@@ -26,12 +26,12 @@ import numpy.typing as npt
 import plotly.graph_objects as go
 
 from stallscope.analyzer.analysis import Analysis
-from stallscope.analyzer.arrays import distinct
-from stallscope.analyzer.critical import Kind
-from stallscope.analyzer.graph import Blocking
-from stallscope.analyzer.model import F64, I64, LaneKind, Mask, TraceModel, of_kind
-from stallscope.analyzer.names import ACTIVITY_KINDS, EventKind
-from stallscope.analyzer.sites import call_site
+from stallscope.analyzer.core.arrays import distinct
+from stallscope.analyzer.core.model import F64, I64, LaneKind, Mask, TraceModel, of_kind
+from stallscope.analyzer.core.names import ACTIVITY_KINDS, EventKind
+from stallscope.analyzer.core.sites import call_site
+from stallscope.analyzer.graph.dependency import Blocking
+from stallscope.analyzer.passes.critical import Kind
 from stallscope.dashboard import palette
 from stallscope.dashboard.counter_rows import CounterRow, add_counters, counter_rows
 

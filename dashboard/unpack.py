@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import IO
 
-from stallscope.analyzer.errors import StallscopeError
+from stallscope.analyzer.core.errors import StallscopeError
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZIP_MAGIC = b"PK\x03\x04"
@@ -92,7 +92,7 @@ def _is_tar(path: Path) -> bool:
 
 def place(upload: Path, folder: Path, max_bytes: int) -> Path:
     """Put the uploaded file ``upload`` into ``folder`` in loadable form; returns what to pass to
-    ``stallscope.analyzer.loader.load`` (a file or a folder, relative to ``folder``). Raises ``BadUpload``."""
+    ``stallscope.analyzer.load.loader.load`` (a file or a folder, relative to ``folder``). Raises ``BadUpload``."""
     kind = kind_of(upload)
     if kind in ("json", "gzip"):
         target = folder / ("trace.json.gz" if kind == "gzip" else "trace.json")

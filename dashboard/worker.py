@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from stallscope.analyzer.errors import StallscopeError
+from stallscope.analyzer.core.errors import StallscopeError
 from stallscope.dashboard.store import Store
 
 KILL_GRACE_S = 30.0  # past the time limit, the child has this long to report before it is killed
@@ -45,10 +45,10 @@ class Limits:
 def analyse_entry(root: str, trace_id: str, limits: Limits | None = None) -> str:
     """Load, analyse and store one entry of the store at ``root``; returns its final status. Never raises
     for a bad trace: the error is recorded in the entry."""
+    from stallscope.analyzer.document.analysis import to_json
+    from stallscope.analyzer.document.job import job_json
     from stallscope.analyzer.job.loaded import analyse_set
-    from stallscope.analyzer.job.output import job_json
-    from stallscope.analyzer.loader import load
-    from stallscope.analyzer.output import to_json
+    from stallscope.analyzer.load.loader import load
     from stallscope.watchdog import Watchdog, budget_s
 
     limits = limits or Limits()

@@ -51,7 +51,7 @@ def record(name: str) -> Path:
 def check(name: str, bundle: Path) -> dict[str, object]:
     sys.path.insert(0, str(ROOT))
     from stallscope.analyzer.analysis import analyze
-    from stallscope.analyzer.loader import load
+    from stallscope.analyzer.load.loader import load
 
     about, rule, line = PLANTED[name]
     a = analyze(load(bundle, use_cache=False))

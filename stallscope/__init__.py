@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from stallscope.analyzer.analysis import Analysis, analyze
-    from stallscope.analyzer.errors import StallscopeError, TraceError, UsageError
-    from stallscope.analyzer.loader import load
-    from stallscope.analyzer.output import to_json
+    from stallscope.analyzer.core.errors import StallscopeError, TraceError, UsageError
+    from stallscope.analyzer.document.analysis import to_json
+    from stallscope.analyzer.load.loader import load
     from stallscope.api import Profile, profile, profiled, step
 
 __version__ = "0.1.0"
@@ -21,11 +21,11 @@ __version__ = "0.1.0"
 _HOMES = {
     "Analysis": "stallscope.analyzer.analysis",
     "analyze": "stallscope.analyzer.analysis",
-    "StallscopeError": "stallscope.analyzer.errors",
-    "TraceError": "stallscope.analyzer.errors",
-    "UsageError": "stallscope.analyzer.errors",
-    "load": "stallscope.analyzer.loader",
-    "to_json": "stallscope.analyzer.output",
+    "StallscopeError": "stallscope.analyzer.core.errors",
+    "TraceError": "stallscope.analyzer.core.errors",
+    "UsageError": "stallscope.analyzer.core.errors",
+    "load": "stallscope.analyzer.load.loader",
+    "to_json": "stallscope.analyzer.document.analysis",
     "Profile": "stallscope.api",  # no torch until a session starts
     "profile": "stallscope.api",
     "profiled": "stallscope.api",

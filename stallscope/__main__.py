@@ -1,4 +1,4 @@
-from stallscope.cli import entry
+from stallscope.commands import entry
 
 if __name__ == "__main__":  # not when a worker process started by multiprocessing imports it
     entry()

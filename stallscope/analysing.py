@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from stallscope.allocator import collect_less, keep_freed_memory
-from stallscope.analyzer import cache
 from stallscope.analyzer.analysis import Analysis, analyze
-from stallscope.analyzer.decode_pool import default_workers
-from stallscope.analyzer.errors import UsageError
-from stallscope.analyzer.loader import MAX_INFLATED_MB, load
+from stallscope.analyzer.core.errors import UsageError
+from stallscope.analyzer.load import cache
+from stallscope.analyzer.load.decode_pool import default_workers
+from stallscope.analyzer.load.loader import MAX_INFLATED_MB, load
 from stallscope.progress import Progress
 from stallscope.watchdog import Watchdog, budget_s
 

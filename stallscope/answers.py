@@ -1,14 +1,14 @@
 """Cache of whole ``analyze`` answers: a second ``analyze`` of the same trace with the same options prints
 and writes what the first one did, without loading the trace or importing the analyzer.
 
-An answer is keyed by everything it depends on: the trace's content key (``stallscope.analyzer.cachekeys``), the path
+An answer is keyed by everything it depends on: the trace's content key (``stallscope.analyzer.load.cachekeys``), the path
 as given (the JSON names it), the options that change it (``--rank``, ``--top``, ``--top-ops``,
 ``--max-inflated-mb``), and the code that computes it (a hash of stallscope's own source and the versions
 of the libraries whose numbers it uses). Any change to one of them is a different key: an answer is never
 served stale, only left unused. Only single trace files are cached (a folder or a job has several files
 and a sidecar beside them). Entries live beside the model cache, in ``$XDG_CACHE_HOME/stallscope``:
 ``answers-v<N>/<key>/{summary.txt, analysis.json}``, each file written whole through a rename. Both caches
-share one size limit (``stallscope.analyzer.cachekeys.prune``: least recently used entries go first).
+share one size limit (``stallscope.analyzer.load.cachekeys.prune``: least recently used entries go first).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from stallscope.analyzer.cachekeys import atomic_write, cache_home, content_key, prune, touch
+from stallscope.analyzer.load.cachekeys import atomic_write, cache_home, content_key, prune, touch
 
 ANSWERS_VERSION = 1
 _PACKAGES = ("stallscope.analyzer", "stallscope")  # the source that computes and renders an answer

@@ -1,6 +1,6 @@
 """One side of a comparison (``diff``, ``check --baseline``): a trace, folder or bundle analysed now, or an
 analysis saved by ``analyze --json``. Either way the result is the analysis document (schema
-``stallscope.analysis/2``), so both compare alike (``stallscope.analyzer.diff``)."""
+``stallscope.analysis/2``), so both compare alike (``stallscope.analyzer.document.diff``)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from typing import Any
 
 import msgspec
 
-from stallscope.analyzer.diff import Side, side_of
-from stallscope.analyzer.errors import TraceError, UsageError
-from stallscope.analyzer.loader import MAX_INFLATED_MB
+from stallscope.analyzer.core.errors import TraceError, UsageError
+from stallscope.analyzer.document.diff import Side, side_of
+from stallscope.analyzer.load.loader import MAX_INFLATED_MB
 from stallscope.progress import Progress
 
 Doc = dict[str, Any]
@@ -49,9 +49,9 @@ def load_doc(
     if is_saved_analysis(path):
         return _saved(_read_saved(path, max_inflated_mb), path, rank), True
     from stallscope.analysing import load_and_analyse
-    from stallscope.analyzer import cache
-    from stallscope.analyzer.output import to_json
-    from stallscope.analyzer.tops import top_tables
+    from stallscope.analyzer.document.analysis import to_json
+    from stallscope.analyzer.load import cache
+    from stallscope.analyzer.passes.tops import top_tables
 
     try:
         a = load_and_analyse(path, rank, use_cache, progress, time_limit_s, max_inflated_mb)

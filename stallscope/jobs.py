@@ -8,12 +8,12 @@ from pathlib import Path
 
 from stallscope.analysing import load_and_analyse
 from stallscope.analyzer.analysis import Analysis, analyze_model
-from stallscope.analyzer.errors import StallscopeError, TraceError, UsageError
+from stallscope.analyzer.core.errors import StallscopeError, TraceError, UsageError
 from stallscope.analyzer.job.discover import job_files
 from stallscope.analyzer.job.execute import Execution, reduce_all
 from stallscope.analyzer.job.result import JobAnalysis
 from stallscope.analyzer.job.verdict import analyze_job, dedupe
-from stallscope.analyzer.loader import load_file
+from stallscope.analyzer.load.loader import load_file
 from stallscope.progress import Progress
 from stallscope.watchdog import MAX_INFLATED_MB
 

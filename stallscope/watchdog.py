@@ -17,10 +17,10 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
-from stallscope.analyzer.errors import StallscopeError
+from stallscope.analyzer.core.errors import StallscopeError
 
 MAX_INFLATED_MB = (
-    4096  # stallscope.analyzer.loader.MAX_INFLATED_MB (not imported: the CLI parser stays light)
+    4096  # stallscope.analyzer.load.loader.MAX_INFLATED_MB (not imported: the CLI parser stays light)
 )
 
 BASE_S = 60.0  # any trace: loading and analysing a small file takes well under a second
@@ -132,7 +132,7 @@ def running_pass(frame: FrameType | None) -> str:
             name = f"{module}.{frame.f_code.co_name}"
             innermost = innermost or name
             if (
-                caller_module in ("stallscope.analyzer.analysis", "stallscope.analyzer.loader")
+                caller_module in ("stallscope.analyzer.analysis", "stallscope.analyzer.load.loader")
                 and module != caller_module
             ):
                 return name

@@ -1,4 +1,4 @@
-"""The what-if replay one scenario at a time, step by step, as ``stallscope.analyzer.replay`` did before it replayed
+"""The what-if replay one scenario at a time, step by step, as ``stallscope.analyzer.passes.replay`` did before it replayed
 several scenarios in one pass, re-timed chains of calls together and took a short path for plain
 activities. The tests hold the replay to it bit for bit."""
 
@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stallscope.analyzer.graph import Blocking, Graph
-from stallscope.analyzer.model import F64
-from stallscope.analyzer.replay import Costs, Frame
+from stallscope.analyzer.core.model import F64
+from stallscope.analyzer.graph.dependency import Blocking, Graph
+from stallscope.analyzer.passes.replay import Costs, Frame
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from stallscope.cli import main
+from stallscope.commands import main
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "tests" / "corpus"

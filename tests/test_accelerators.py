@@ -13,9 +13,9 @@ import numpy as np
 from _kineto import HOST, Event, WriteTrace, document, span
 
 from stallscope.analyzer.analysis import analyze_model
-from stallscope.analyzer.loader import load
-from stallscope.analyzer.model import LaneKind, TraceModel
-from stallscope.analyzer.names import ApiKind, EventKind, api_kind, command_kind, event_kind
+from stallscope.analyzer.core.model import LaneKind, TraceModel
+from stallscope.analyzer.core.names import ApiKind, EventKind, api_kind, command_kind, event_kind
+from stallscope.analyzer.load.loader import load
 
 MTIA = 17  # the device's pid, as MTIA traces write it
 

@@ -24,7 +24,7 @@ held = resident()
 del block
 after = resident()
 if len(sys.argv) > 2:  # the model cache's writer child drops what its parent had freed
-    from stallscope.analyzer.cache import _drop_freed_memory
+    from stallscope.analyzer.load.cache import _drop_freed_memory
     _drop_freed_memory()
 print(before, held, after, resident())
 """

@@ -13,7 +13,7 @@ from _kineto import SAMPLES
 
 import stallscope.jobs
 from stallscope import answers
-from stallscope.cli import main
+from stallscope.commands import main
 
 SAMPLE = SAMPLES / "item_in_loop.pt.trace.json.gz"
 OTHER = SAMPLES / "input_bound.pt.trace.json.gz"

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from stallscope.analyzer.analysis import analyze
-from stallscope.analyzer.loader import load
-from stallscope.analyzer.output import to_json
-from stallscope.cli import main
+from stallscope.analyzer.document.analysis import to_json
+from stallscope.analyzer.load.loader import load
+from stallscope.commands import main
 from stallscope.dashboard import client, palette
 from stallscope.dashboard.app import Running, create_app, open_services
 from stallscope.dashboard.client import UploadError

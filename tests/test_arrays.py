@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stallscope.analyzer.arrays import distinct, time_order, window_max
+from stallscope.analyzer.core.arrays import distinct, time_order, window_max
 
 
 @settings(max_examples=200, deadline=None)

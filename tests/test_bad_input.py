@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from _kineto import SAMPLES, document, launch_pair, span, write_trace_file
 
-import stallscope.analyzer.loader
-from stallscope.analyzer.loader import load
-from stallscope.cli import main
+import stallscope.analyzer.load.loader
+from stallscope.analyzer.load.loader import load
+from stallscope.commands import main
 
 SAMPLE = SAMPLES / "item_in_loop.pt.trace.json.gz"
 
@@ -115,7 +115,7 @@ CORPUS: list[tuple[str, Maker, str]] = [
 @pytest.fixture(params=["whole", "streaming"])
 def decoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     if request.param == "streaming":
-        monkeypatch.setattr(stallscope.analyzer.loader, "_STREAM_MIN_BYTES", 0)
+        monkeypatch.setattr(stallscope.analyzer.load.loader, "_STREAM_MIN_BYTES", 0)
     return str(request.param)
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from _kineto import document, launch_pair
 
-from stallscope.cli import main
+from stallscope.commands import main
 
 MB = 1 << 20
 
@@ -41,7 +41,7 @@ VALID = json.dumps(document(launch_pair(0, 1, 30, 10, ext=11))).encode()
 def peak_rss_mb(argv: list[str]) -> tuple[int, str, float]:
     """Run ``stallscope ARGV`` in a child process: exit code, stderr, peak resident memory in MB."""
     # VmHWM, not ru_maxrss: the latter keeps the forking test process's peak across exec
-    code = "import sys; from stallscope.cli import main; rc = main(sys.argv[1:]); "
+    code = "import sys; from stallscope.commands import main; rc = main(sys.argv[1:]); "
     code += "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]; "
     code += "print(hwm, file=sys.stderr); sys.exit(rc)"
     proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120)

@@ -10,7 +10,7 @@ import pytest
 from _browser import Browser, png_stats, start_browser
 
 from stallscope.analyzer.analysis import Analysis, analyze
-from stallscope.analyzer.loader import load
+from stallscope.analyzer.load.loader import load
 from stallscope.collector import scenarios as sc
 from stallscope.collector.scenario import Scenario
 from stallscope.dashboard import report

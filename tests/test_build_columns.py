@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import stallscope.analyzer.build as build
-from stallscope.analyzer.build import _Columns, _permute
-from stallscope.analyzer.loader import load_file
+import stallscope.analyzer.load.build as build
+from stallscope.analyzer.load.build import _Columns, _permute
+from stallscope.analyzer.load.loader import load_file
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
 

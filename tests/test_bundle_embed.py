@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from stallscope.analyzer.analysis import analyze
-from stallscope.analyzer.loader import load
-from stallscope.analyzer.sidecar import SCHEMA, embedded_sidecar
+from stallscope.analyzer.load.loader import load
+from stallscope.analyzer.load.sidecar import SCHEMA, embedded_sidecar
 from stallscope.collector.embed import embed_sidecar
 
 TRACE = {
@@ -88,8 +88,8 @@ for _ in range(5):
 
 def test_a_trace_copied_alone_keeps_its_findings(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    from stallscope.cli import main
     from stallscope.collector.bundle import bundle_trace
+    from stallscope.commands import main
 
     # GIVEN a profiled program's bundle
     script = tmp_path / "item.py"

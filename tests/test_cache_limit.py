@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from _kineto import SAMPLES
 
-from stallscope.analyzer import cache
-from stallscope.analyzer.cachekeys import cache_home, cache_limit_bytes, prune
-from stallscope.analyzer.loader import load_file
+from stallscope.analyzer.load import cache
+from stallscope.analyzer.load.cachekeys import cache_home, cache_limit_bytes, prune
+from stallscope.analyzer.load.loader import load_file
 
 SAMPLE = SAMPLES / "item_in_loop.pt.trace.json.gz"
 OTHER = SAMPLES / "input_bound.pt.trace.json.gz"

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from _kineto import Event, WriteTrace, document, span
 
-from stallscope.analyzer import sites
 from stallscope.analyzer.analysis import Analysis, analyze
-from stallscope.analyzer.loader import load, load_file
-from stallscope.analyzer.output import to_json
-from stallscope.analyzer.sites import CallSite, call_site, call_sites, stack_site
-from stallscope.analyzer.syncs import SyncKind
+from stallscope.analyzer.core import sites
+from stallscope.analyzer.core.sites import CallSite, call_site, call_sites, stack_site
+from stallscope.analyzer.document.analysis import to_json
+from stallscope.analyzer.load.loader import load, load_file
+from stallscope.analyzer.passes.syncs import SyncKind
 
 TORCH = "/env/lib/python3.7/site-packages/torch/tensor.py(612): item"
 USER_STACK = f"{TORCH};train.py(44): <module>"

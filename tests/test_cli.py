@@ -20,11 +20,12 @@ import pytest
 from _kineto import REPO, SAMPLES
 
 from stallscope import __version__
-from stallscope.analyzer import cache
 from stallscope.analyzer.analysis import analyze
-from stallscope.analyzer.loader import load
-from stallscope.analyzer.output import OneLine, encode_compact, encode_json, encoded_document, to_json
-from stallscope.cli import main
+from stallscope.analyzer.document.analysis import encoded_document, to_json
+from stallscope.analyzer.document.encoding import OneLine, encode_compact, encode_json
+from stallscope.analyzer.load import cache
+from stallscope.analyzer.load.loader import load
+from stallscope.commands import main
 from stallscope.progress import Progress
 
 EXPECTED: dict[str, Any] = json.loads((SAMPLES / "expected.json").read_text())

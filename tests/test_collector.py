@@ -21,10 +21,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import stallscope  # noqa: E402
-from stallscope.analyzer.loader import load  # noqa: E402
-from stallscope.cli import main  # noqa: E402
+from stallscope.analyzer.load.loader import load  # noqa: E402
 from stallscope.collector import session  # noqa: E402
 from stallscope.collector.bundle import SCHEMA, SIDECAR_NAME, TRACE_SUFFIX, bundle_trace, default_output  # noqa: E402
+from stallscope.commands import main  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["--skip", "0", "--warmup", "0", "--steps", "2"]
@@ -431,7 +431,7 @@ def test_step_without_a_session_is_a_no_op() -> None:
 
 
 def test_import_does_not_import_torch() -> None:
-    code = "import sys, stallscope, stallscope.cli; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, stallscope, stallscope.commands; assert 'torch' not in sys.modules, 'torch imported'"
     done = subprocess.run(
         [sys.executable, "-c", code],
         env={**os.environ, "PYTHONPATH": str(REPO)},

@@ -14,10 +14,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from stallscope.cli import main  # noqa: E402
 from stallscope.collector import session  # noqa: E402
 from stallscope.collector.bundle import SIDECAR_NAME, bundle_trace  # noqa: E402
 from stallscope.collector.window import Heartbeat, budget_steps  # noqa: E402
+from stallscope.commands import main  # noqa: E402
 
 TRAIN = """\
 import torch

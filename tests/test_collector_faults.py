@@ -22,8 +22,8 @@ pytest.importorskip("torch")
 
 from test_collector import FAST, PROFILE, REPO, read_sidecar, step_names, train_script, write
 
-from stallscope.cli import main
 from stallscope.collector.bundle import Staging, remove_stale
+from stallscope.commands import main
 
 LOOP = """\
 import os

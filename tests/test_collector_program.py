@@ -13,10 +13,10 @@ from _programs import TINY_LM
 
 torch = pytest.importorskip("torch")
 
-from stallscope.analyzer.loader import load  # noqa: E402
-from stallscope.cli import main  # noqa: E402
+from stallscope.analyzer.load.loader import load  # noqa: E402
 from stallscope.collector import session  # noqa: E402
 from stallscope.collector.bundle import SIDECAR_NAME, bundle_trace  # noqa: E402
+from stallscope.commands import main  # noqa: E402
 
 FAST = ["--no-analyze", "--skip", "0", "--warmup", "0", "--steps", "2"]
 

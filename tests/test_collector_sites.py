@@ -15,7 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from stallscope.analyzer.sidecar import SCHEMA, read_sidecar  # noqa: E402
+from stallscope.analyzer.load.sidecar import SCHEMA, read_sidecar  # noqa: E402
 from stallscope.collector.clock import (  # noqa: E402
     base_ns_for,
     rebase_us,

@@ -13,15 +13,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-from stallscope.analyzer import load
-from stallscope.analyzer.analysis import Analysis, Options, analyze, analyze_model
-from stallscope.analyzer.critical import Kind
-from stallscope.analyzer.gaps import Cause
-from stallscope.analyzer.graph import Blocking, Graph, build_graph
-from stallscope.analyzer.graph_check import check_graph
-from stallscope.analyzer.inputs import input_intervals, main_thread
-from stallscope.analyzer.model import TraceModel
-from stallscope.analyzer.replay import Costs, Scenario, make_frame, recorded_end, replay
+from stallscope.analyzer.analysis import Analysis, analyze, analyze_model
+from stallscope.analyzer.core.model import TraceModel
+from stallscope.analyzer.evidence import Options
+from stallscope.analyzer.graph.dependency import Blocking, Graph, build_graph
+from stallscope.analyzer.graph.inputs import input_intervals, main_thread
+from stallscope.analyzer.graph.invariants import check_graph
+from stallscope.analyzer.load.loader import load
+from stallscope.analyzer.passes.critical import Kind
+from stallscope.analyzer.passes.gaps import Cause
+from stallscope.analyzer.passes.replay import Costs, Scenario, make_frame, recorded_end, replay
 from stallscope.collector import scenarios as sc
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
@@ -400,7 +401,7 @@ def test_real_traces_replay_critical_path_and_graph(shared_traces: Path) -> None
 
 def _pipeline_device_us_by_masks(a: Analysis) -> float:
     """G as the pipeline model first computed it: one mask over every activity per step."""
-    from stallscope.analyzer import intervals
+    from stallscope.analyzer.core import intervals
 
     g, issued = a.graph, a.graph.issued()
     compute = []

@@ -17,11 +17,21 @@ from _replay_reference import reference_replay, same_bits
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stallscope.analyzer import intervals, load
-from stallscope.analyzer.analysis import Analysis, Options, analyze, busy_intervals
-from stallscope.analyzer.graph_check import check_graph
-from stallscope.analyzer.inputs import input_intervals, main_thread
-from stallscope.analyzer.replay import Costs, make_frame, recorded_end, replay, replay_ends, replay_many
+from stallscope.analyzer.analysis import Analysis, analyze
+from stallscope.analyzer.core import intervals
+from stallscope.analyzer.evidence import Options
+from stallscope.analyzer.graph.inputs import input_intervals, main_thread
+from stallscope.analyzer.graph.invariants import check_graph
+from stallscope.analyzer.load.loader import load
+from stallscope.analyzer.passes.replay import (
+    Costs,
+    make_frame,
+    recorded_end,
+    replay,
+    replay_ends,
+    replay_many,
+)
+from stallscope.analyzer.passes.window import busy_intervals
 from stallscope.collector.scenario import Scenario
 
 SYNCS = ("none", "device", "stream", "item", "pageable", "event")
@@ -220,7 +230,7 @@ def test_overlapping_events_found_without_a_scan_are_the_scans(
 ) -> None:
     from dataclasses import fields
 
-    from stallscope.analyzer.model import EventTable
+    from stallscope.analyzer.core.model import EventTable
 
     spans = sorted(spans, key=lambda s: (s[0], -s[1]))  # the table's order: by start, longest first
     ts = np.array([s[0] for s in spans], dtype=np.float64)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from fuzzing import CORPUS, check_contract
 
-from stallscope.cli import main
+from stallscope.commands import main
 
 ENTRIES = sorted(p for p in CORPUS.iterdir() if not p.name.startswith((".", "README")))
 

@@ -14,16 +14,16 @@ import pytest
 from _kineto import Event, WriteTrace, document, launch_pair
 from test_dashboard_pages import texts
 
-import stallscope.analyzer.loader
-import stallscope.analyzer.raw
-import stallscope.analyzer.stream
-from stallscope.analyzer import cache
-from stallscope.analyzer import counters as counters_module
+import stallscope.analyzer.load.loader
+import stallscope.analyzer.load.raw
+import stallscope.analyzer.load.stream
 from stallscope.analyzer.analysis import analyze
-from stallscope.analyzer.counters import decimate, series_of
-from stallscope.analyzer.loader import load
-from stallscope.analyzer.model import TraceModel
-from stallscope.analyzer.output import to_json
+from stallscope.analyzer.core.model import TraceModel
+from stallscope.analyzer.document.analysis import to_json
+from stallscope.analyzer.load import cache
+from stallscope.analyzer.load import counters as counters_module
+from stallscope.analyzer.load.counters import decimate, series_of
+from stallscope.analyzer.load.loader import load
 from stallscope.dashboard.pages import explorer
 from stallscope.dashboard.report import render
 from stallscope.dashboard.services import Services
@@ -85,12 +85,12 @@ def test_counters_of_every_batch_are_read_streamed_or_whole(
     write_trace: WriteTrace, monkeypatch: pytest.MonkeyPatch, stream: bool
 ) -> None:
     # GIVEN 2,000 counter samples between 600 events, cut into many batches
-    monkeypatch.setattr(stallscope.analyzer.stream, "_BLOCK", 10_000)
-    monkeypatch.setattr(stallscope.analyzer.stream, "BATCH_BYTES", 30_000)
-    monkeypatch.setattr(stallscope.analyzer.raw, "BATCH", 100)
-    monkeypatch.setattr(stallscope.analyzer.loader, "_STREAM_MIN_BYTES", 0 if stream else 1 << 40)
+    monkeypatch.setattr(stallscope.analyzer.load.stream, "_BLOCK", 10_000)
+    monkeypatch.setattr(stallscope.analyzer.load.stream, "BATCH_BYTES", 30_000)
+    monkeypatch.setattr(stallscope.analyzer.load.raw, "BATCH", 100)
+    monkeypatch.setattr(stallscope.analyzer.load.loader, "_STREAM_MIN_BYTES", 0 if stream else 1 << 40)
     calls: list[int] = []
-    module = stallscope.analyzer.stream if stream else stallscope.analyzer.raw
+    module = stallscope.analyzer.load.stream if stream else stallscope.analyzer.load.raw
     real = module.counter_samples
     monkeypatch.setattr(module, "counter_samples", lambda *a: calls.append(1) or real(*a))
     events: list[Event] = []

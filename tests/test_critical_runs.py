@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stallscope.analyzer import load
-from stallscope.analyzer.analysis import find_window
-from stallscope.analyzer.critical import State, _first_state, _Walk
-from stallscope.analyzer.graph import Graph, build_graph
-from stallscope.analyzer.inputs import input_intervals, main_thread
-from stallscope.analyzer.model import F64, TraceModel
+from stallscope.analyzer.core.model import F64, TraceModel
+from stallscope.analyzer.graph.dependency import Graph, build_graph
+from stallscope.analyzer.graph.inputs import input_intervals, main_thread
+from stallscope.analyzer.load.loader import load
+from stallscope.analyzer.passes.critical import State, _first_state, _Walk
+from stallscope.analyzer.passes.window import find_window
 from stallscope.collector.scenario import Scenario
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"

@@ -30,8 +30,8 @@ from test_api import call, multipart
 
 import stallscope.dashboard.worker
 from stallscope.analyzer.analysis import analyze
-from stallscope.analyzer.loader import load
-from stallscope.analyzer.output import to_json
+from stallscope.analyzer.document.analysis import to_json
+from stallscope.analyzer.load.loader import load
 from stallscope.dashboard import client
 from stallscope.dashboard.app import Running, create_app, open_services
 from stallscope.dashboard.store import Status, Store
@@ -130,16 +130,16 @@ def _hang(root: str, trace_id: str, limits: Limits | None = None) -> str:
         time.sleep(600)
     if "hog" not in name:
         return ANALYSE_ENTRY(root, trace_id, limits)
-    import stallscope.analyzer.loader
+    import stallscope.analyzer.load.loader
 
     def hog(*_args: object, **_kwargs: object) -> object:
         return bytearray(3 << 30)
 
-    load, stallscope.analyzer.loader.load = stallscope.analyzer.loader.load, hog  # type: ignore[assignment]
+    load, stallscope.analyzer.load.loader.load = stallscope.analyzer.load.loader.load, hog  # type: ignore[assignment]
     try:
         return ANALYSE_ENTRY(root, trace_id, limits)
     finally:
-        stallscope.analyzer.loader.load = load
+        stallscope.analyzer.load.loader.load = load
 
 
 ANALYSE_ENTRY = stallscope.dashboard.worker.analyse_entry

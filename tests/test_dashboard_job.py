@@ -88,9 +88,9 @@ def test_a_single_trace_has_no_job_page(services: Services, uploaded: tuple[str,
 
 def test_analyse_set_gives_what_analyze_gives_plus_the_job(uploaded: tuple[str, Path]) -> None:
     from stallscope.analyzer.analysis import analyze
+    from stallscope.analyzer.document.analysis import to_json
     from stallscope.analyzer.job.loaded import analyse_set
-    from stallscope.analyzer.loader import load
-    from stallscope.analyzer.output import to_json
+    from stallscope.analyzer.load.loader import load
 
     _, folder = uploaded
     traces = load(folder, use_cache=False)

@@ -13,15 +13,24 @@ from typing import Any
 import pytest
 from dash import no_update
 
-from stallscope.analyzer.replay import Scenario
+from stallscope.analyzer.passes.replay import Scenario
+from stallscope.commands.upload import wait_summary
 from stallscope.dashboard.live import retimed
-from stallscope.dashboard.pages import compare, explorer, overview, render, tables, traces, whatif
+from stallscope.dashboard.pages import (
+    compare,
+    explorer,
+    on_preparing,
+    overview,
+    render,
+    tables,
+    traces,
+    whatif,
+)
 from stallscope.dashboard.pages import poll_pending as poll
 from stallscope.dashboard.pages.common import Shell, ms
 from stallscope.dashboard.services import Services
 from stallscope.dashboard.store import Status, Store
 from stallscope.dashboard.worker import analyse_entry
-from stallscope.dashboard_cmd import wait_summary
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
 ITEM = SAMPLES / "item_in_loop.pt.trace.json.gz"
@@ -358,10 +367,10 @@ def test_a_slow_timeline_rebuild_shows_progress_then_the_page(
     page = render(fresh, path)
     assert find(page, explorer.Ids.PREPARING_TICK.value) is not None
     assert any(t.startswith("preparing the timeline: rebuilding the analysis of") for t in texts(page))
-    assert explorer.on_preparing(fresh, item, path, "") is no_update
+    assert on_preparing(fresh, item, path, "") is no_update
     gate.set()
     assert fresh.live.ready(item, wait_s=30)
-    assert find(explorer.on_preparing(fresh, item, path, ""), explorer.Ids.GRAPH.value) is not None
+    assert find(on_preparing(fresh, item, path, ""), explorer.Ids.GRAPH.value) is not None
 
 
 def test_a_failed_timeline_rebuild_is_a_message(

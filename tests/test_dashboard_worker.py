@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 from stallscope.analyzer.analysis import analyze
-from stallscope.analyzer.loader import load
-from stallscope.analyzer.output import to_json
+from stallscope.analyzer.document.analysis import to_json
+from stallscope.analyzer.load.loader import load
 from stallscope.dashboard.app import open_services
 from stallscope.dashboard.store import Status, Store
 

@@ -15,12 +15,12 @@ import pytest
 from _kineto import REPO
 
 from stallscope.analyzer.analysis import analyze
-from stallscope.analyzer.diff import compare, gate, side_of
-from stallscope.analyzer.loader import load
-from stallscope.analyzer.output import to_json
-from stallscope.cli import main
+from stallscope.analyzer.document.analysis import to_json
+from stallscope.analyzer.document.diff import compare, gate, side_of
+from stallscope.analyzer.load.loader import load
 from stallscope.collector.scenario import Scenario
 from stallscope.collector.scenarios import GEMM, ITEM_FRAME
+from stallscope.commands import main
 
 SITE = "train.py:42 in train_step"
 HOSTILE_KERNEL = "<script>alert('k')</script>_gemm"

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from stallscope.analyzer import load
 from stallscope.analyzer.analysis import analyze
-from stallscope.cli import main
+from stallscope.analyzer.load.loader import load
+from stallscope.commands import main
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 

@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 from stallscope.analyzer.analysis import Analysis, analyze
-from stallscope.analyzer.loader import load
-from stallscope.analyzer.names import ApiKind, EventKind
-from stallscope.analyzer.output import to_json
+from stallscope.analyzer.core.names import ApiKind, EventKind
+from stallscope.analyzer.document.analysis import to_json
+from stallscope.analyzer.load.loader import load
 from stallscope.dashboard.timeline import extract
 
 pytestmark = pytest.mark.shared

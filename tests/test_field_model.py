@@ -11,15 +11,15 @@ import numpy as np
 import pytest
 from _kineto import Event, WriteTrace, document, flow, kernel, span
 
-from stallscope.analyzer import load
 from stallscope.analyzer.analysis import Analysis, analyze
-from stallscope.analyzer.consistency import check
-from stallscope.analyzer.critical import CriticalPath, Kind
-from stallscope.analyzer.gaps import Cause
-from stallscope.analyzer.inputs import input_intervals
-from stallscope.analyzer.model import LaneKind
-from stallscope.analyzer.replay import Scenario
-from stallscope.analyzer.verdict import decide
+from stallscope.analyzer.core.model import LaneKind
+from stallscope.analyzer.graph.inputs import input_intervals
+from stallscope.analyzer.load.loader import load
+from stallscope.analyzer.passes.critical import CriticalPath, Kind
+from stallscope.analyzer.passes.gaps import Cause
+from stallscope.analyzer.passes.replay import Scenario
+from stallscope.analyzer.passes.verdict import decide
+from stallscope.analyzer.selfcheck import check
 
 MAIN, AUTOGRAD = 100, 200
 

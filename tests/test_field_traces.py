@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stallscope.analyzer import load
 from stallscope.analyzer.analysis import Analysis, analyze
-from stallscope.analyzer.critical import Kind
-from stallscope.analyzer.gaps import Cause
-from stallscope.analyzer.replay import Scenario
+from stallscope.analyzer.load.loader import load
+from stallscope.analyzer.passes.critical import Kind
+from stallscope.analyzer.passes.gaps import Cause
+from stallscope.analyzer.passes.replay import Scenario
 
 pytestmark = pytest.mark.shared
 FIELD = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "field"
@@ -126,7 +126,7 @@ def test_the_self_check_is_silent_on_every_shared_trace(shared_traces: Path) -> 
 
 
 def test_counter_series_are_summarized_over_the_window() -> None:
-    from stallscope.analyzer.output import to_json
+    from stallscope.analyzer.document.analysis import to_json
 
     a = field("hta_a100_cupti_range_profiler")
     doc = to_json(a)

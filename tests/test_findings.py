@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 from _kineto import SAMPLES
 
-from stallscope.analyzer import load
 from stallscope.analyzer.analysis import Analysis, analyze
-from stallscope.analyzer.findings import Severity
-from stallscope.analyzer.replay import Scenario
-from stallscope.cli import main
+from stallscope.analyzer.findings.base import Severity
+from stallscope.analyzer.load.loader import load
+from stallscope.analyzer.passes.replay import Scenario
+from stallscope.commands import main
 
 
 def analysed(name: str) -> Analysis:
@@ -113,7 +113,7 @@ def test_check_gate_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_cpu_only_step_table_shows_no_device_columns() -> None:
     # GIVEN a CPU-only recording with profiled steps, WHEN the terminal verdict is rendered
-    from stallscope.terminal import render
+    from stallscope.render.summary import render
 
     a = analyze(load(SAMPLES / "examples" / "item_logging"))
     lines = render(a).splitlines()

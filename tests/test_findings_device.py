@@ -1,4 +1,4 @@
-"""Device findings (stallscope.analyzer.findings_device): each rule on its planted scenario, silent on its clean twin
+"""Device findings (stallscope.analyzer.findings.device): each rule on its planted scenario, silent on its clean twin
 and on the committed samples, and safe on the real traces."""
 
 from __future__ import annotations
@@ -8,13 +8,16 @@ from pathlib import Path
 import pytest
 from _kineto import SAMPLES
 
-from stallscope.analyzer import load
 from stallscope.analyzer.analysis import Analysis, analyze
-from stallscope.analyzer.findings import Finding, Severity
-from stallscope.analyzer.findings_device import RULES
-from stallscope.analyzer.syncs import SyncKind
+from stallscope.analyzer.findings import device, registry
+from stallscope.analyzer.findings.base import Finding, Severity
+from stallscope.analyzer.load.loader import load
+from stallscope.analyzer.passes.syncs import SyncKind
 from stallscope.collector import scenarios as S
 from stallscope.collector.scenario import Scenario
+
+#: the device rules, in the registry's order
+RULES = [rule for rule in registry.RULES if rule.__module__ == device.__name__]
 
 
 def analysed(sc: Scenario, tmp_path: Path) -> Analysis:

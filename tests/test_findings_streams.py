@@ -1,4 +1,4 @@
-"""Stream findings (stallscope.analyzer.findings_streams): each rule on a planted scenario and its clean twin, silent on
+"""Stream findings (stallscope.analyzer.findings.streams): each rule on a planted scenario and its clean twin, silent on
 the sample traces, and run on the real traces."""
 
 from __future__ import annotations
@@ -9,19 +9,21 @@ from pathlib import Path
 import pytest
 from _kineto import SAMPLES
 
-from stallscope.analyzer import load
 from stallscope.analyzer.analysis import Analysis, analyze, analyze_model
-from stallscope.analyzer.findings import Finding, Severity
-from stallscope.analyzer.findings_streams import (
-    RULES,
+from stallscope.analyzer.findings import registry, streams
+from stallscope.analyzer.findings.base import Finding, Severity
+from stallscope.analyzer.findings.streams import (
     copy_compute_serialized,
     streams_never_overlapped,
     unsynchronized_pinned_readback,
 )
+from stallscope.analyzer.load.loader import load
 from stallscope.collector import scenarios as sc
 from stallscope.collector.scenario import Scenario
 
 Rule = Callable[[Analysis], list[Finding]]
+#: the stream rules, in the registry's order
+RULES = [rule for rule in registry.RULES if rule.__module__ == streams.__name__]
 SAMPLE_TRACES = sorted(p.name for p in SAMPLES.glob("*.pt.trace.json.gz"))
 
 

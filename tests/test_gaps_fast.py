@@ -20,10 +20,18 @@ from _kineto import WriteTrace, document, flow, kernel, span
 from fuzzing import Case, kineto_cases, write_case
 from hypothesis import HealthCheck, given, settings
 
-from stallscope.analyzer import analysis, gaps, intervals
-from stallscope.analyzer.arrays import group_order
-from stallscope.analyzer.errors import StallscopeError
-from stallscope.analyzer.gaps import (
+from stallscope.analyzer import analysis
+from stallscope.analyzer.core import intervals
+from stallscope.analyzer.core.arrays import group_order
+from stallscope.analyzer.core.errors import StallscopeError
+from stallscope.analyzer.core.model import F64, TraceModel
+from stallscope.analyzer.core.names import ApiKind, EventKind
+from stallscope.analyzer.core.sites import CallSite, call_site
+from stallscope.analyzer.graph.dependency import Graph, build_graph
+from stallscope.analyzer.graph.inputs import input_intervals
+from stallscope.analyzer.load.loader import load_file
+from stallscope.analyzer.passes import gaps
+from stallscope.analyzer.passes.gaps import (
     _BOUND_US,
     _COLLECTIVE_WORDS,
     MIN_GAP_US,
@@ -32,12 +40,6 @@ from stallscope.analyzer.gaps import (
     GapReport,
     find_gaps,
 )
-from stallscope.analyzer.graph import Graph, build_graph
-from stallscope.analyzer.inputs import input_intervals
-from stallscope.analyzer.loader import load_file
-from stallscope.analyzer.model import F64, TraceModel
-from stallscope.analyzer.names import ApiKind, EventKind
-from stallscope.analyzer.sites import CallSite, call_site
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
 #: shared real traces whose gaps, at 20 and 1 µs, reach every rule but a graph's own order (tested below)
@@ -209,7 +211,7 @@ def reference_gaps(
     input_by_lane: dict[int, tuple[F64, F64]],
     min_gap_us: float = MIN_GAP_US,
 ) -> GapReport:
-    """The rules of ``stallscope.analyzer.gaps``, one gap at a time."""
+    """The rules of ``stallscope.analyzer.passes.gaps``, one gap at a time."""
     bs, be = busy
     lo = np.concatenate([[start_us], be])
     hi = np.concatenate([bs, [end_us]])

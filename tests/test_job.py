@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from stallscope.analyzer.critical import Kind
-from stallscope.analyzer.errors import TraceError
+from stallscope.analyzer.core.errors import TraceError
 from stallscope.analyzer.job.align import align_clocks, match
 from stallscope.analyzer.job.discover import job_files
 from stallscope.analyzer.job.reduce import reduce_file
@@ -16,6 +15,7 @@ from stallscope.analyzer.job.result import JobAnalysis
 from stallscope.analyzer.job.stragglers import MIN_LATE_US
 from stallscope.analyzer.job.tables import RankTable
 from stallscope.analyzer.job.verdict import analyze_job
+from stallscope.analyzer.passes.critical import Kind
 from stallscope.collector.scenario_job import JobTruth, Plant, build_job
 
 WORLD = 4

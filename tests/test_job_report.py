@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from stallscope.analyzer.job.execute import Execution
-from stallscope.cli import main
 from stallscope.collector.scenario_job import Plant, build_job
+from stallscope.commands import main
 from stallscope.dashboard import report
 from stallscope.jobs import load_and_analyse_job
 

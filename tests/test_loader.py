@@ -1,6 +1,6 @@
 """The trace loader and trace model on tiny hand-built traces (GIVEN / WHEN / THEN).
 
-Each test writes a small Kineto document, loads it with ``stallscope.analyzer.loader.load`` and checks computed
+Each test writes a small Kineto document, loads it with ``stallscope.analyzer.load.loader.load`` and checks computed
 values: event order, lanes, steps, links, the load report. Large-file (streaming) and cache behaviour
 and property tests of the nesting and interval helpers are at the end.
 """
@@ -29,16 +29,18 @@ from _kineto import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import stallscope.analyzer.loader
-from stallscope.analyzer import cache, intervals
-from stallscope.analyzer.analysis import WindowBasis, analyze_model
-from stallscope.analyzer.build import build_model
-from stallscope.analyzer.errors import TraceError
-from stallscope.analyzer.links import _nest_sorted, nest
-from stallscope.analyzer.loader import load, load_file
-from stallscope.analyzer.model import NO_ID, LaneKind, Step, TraceModel
-from stallscope.analyzer.names import ApiKind, EventKind
-from stallscope.analyzer.raw import decode
+import stallscope.analyzer.load.loader
+from stallscope.analyzer.analysis import analyze_model
+from stallscope.analyzer.core import intervals
+from stallscope.analyzer.core.errors import TraceError
+from stallscope.analyzer.core.model import NO_ID, LaneKind, Step, TraceModel
+from stallscope.analyzer.core.names import ApiKind, EventKind
+from stallscope.analyzer.load import cache
+from stallscope.analyzer.load.build import build_model
+from stallscope.analyzer.load.links import _nest_sorted, nest
+from stallscope.analyzer.load.loader import load, load_file
+from stallscope.analyzer.load.raw import decode
+from stallscope.analyzer.passes.window import WindowBasis
 
 
 def load_one(path: Path, **kwargs: Any) -> TraceModel:
@@ -493,7 +495,7 @@ def no_whole_document_decode(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(data: bytes, path: str) -> Any:
         raise AssertionError("the whole-document decoder was used")
 
-    monkeypatch.setattr(stallscope.analyzer.loader, "decode", refuse)
+    monkeypatch.setattr(stallscope.analyzer.load.loader, "decode", refuse)
 
 
 def test_streaming_and_whole_document_decoding_give_identical_models(
@@ -519,14 +521,14 @@ def test_streaming_in_many_small_batches_matches(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_whole_document_decode: None, name: str
 ) -> None:
     # GIVEN tiny read blocks and batches, so events are cut at many batch boundaries (gzip too)
-    import stallscope.analyzer.stream
+    import stallscope.analyzer.load.stream
 
-    monkeypatch.setattr(stallscope.analyzer.stream, "_BLOCK", 10_000)
-    monkeypatch.setattr(stallscope.analyzer.stream, "BATCH_BYTES", 30_000)
-    monkeypatch.setattr(stallscope.analyzer.loader, "_STREAM_MIN_BYTES", 0)
+    monkeypatch.setattr(stallscope.analyzer.load.stream, "_BLOCK", 10_000)
+    monkeypatch.setattr(stallscope.analyzer.load.stream, "BATCH_BYTES", 30_000)
+    monkeypatch.setattr(stallscope.analyzer.load.loader, "_STREAM_MIN_BYTES", 0)
     cuts = []
-    real_cut = stallscope.analyzer.stream._prefix
-    monkeypatch.setattr(stallscope.analyzer.stream, "_prefix", lambda *a: cuts.append(1) or real_cut(*a))
+    real_cut = stallscope.analyzer.load.stream._prefix
+    monkeypatch.setattr(stallscope.analyzer.load.stream, "_prefix", lambda *a: cuts.append(1) or real_cut(*a))
     path = write_trace_file(tmp_path / name, big_document(600))
     # WHEN loaded (streaming) and decoded whole
     streamed = load_one(path, use_cache=False)
@@ -545,14 +547,14 @@ def small_pieces(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     import os
     import time
 
-    import stallscope.analyzer.stream
-    from stallscope.analyzer import decode_pool
+    import stallscope.analyzer.load.stream
+    from stallscope.analyzer.load import decode_pool
 
-    monkeypatch.setattr(stallscope.analyzer.stream, "_BLOCK", 10_000)
-    monkeypatch.setattr(stallscope.analyzer.stream, "BATCH_BYTES", 30_000)
-    monkeypatch.setattr(stallscope.analyzer.loader, "_STREAM_MIN_BYTES", 0)
-    monkeypatch.setattr(stallscope.analyzer.loader, "_WORKER_MIN_BYTES", 0)
-    monkeypatch.setattr(stallscope.analyzer.loader, "_WORKER_MIN_GZIP_BYTES", 0)
+    monkeypatch.setattr(stallscope.analyzer.load.stream, "_BLOCK", 10_000)
+    monkeypatch.setattr(stallscope.analyzer.load.stream, "BATCH_BYTES", 30_000)
+    monkeypatch.setattr(stallscope.analyzer.load.loader, "_STREAM_MIN_BYTES", 0)
+    monkeypatch.setattr(stallscope.analyzer.load.loader, "_WORKER_MIN_BYTES", 0)
+    monkeypatch.setattr(stallscope.analyzer.load.loader, "_WORKER_MIN_GZIP_BYTES", 0)
     made: list[int] = []
     receive = decode_pool._Worker.receive
 
@@ -575,7 +577,7 @@ def small_pieces(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 needs_fork = pytest.mark.skipif(
-    not __import__("stallscope.analyzer.decode_pool").analyzer.decode_pool.can_fork(),
+    not __import__("stallscope.analyzer.load.decode_pool").analyzer.load.decode_pool.can_fork(),
     reason="decode workers need fork (Linux)",
 )
 
@@ -672,7 +674,7 @@ def test_a_decode_worker_builds_the_same_model_of_real_traces(
 @pytest.fixture
 def starts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The number of workers asked for, each time decode workers are started."""
-    from stallscope.analyzer import decode_pool
+    from stallscope.analyzer.load import decode_pool
 
     asked: list[int] = []
     start = decode_pool._start
@@ -689,8 +691,8 @@ def starts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 def test_a_decode_worker_started_early_is_the_one_the_parse_takes(
     tmp_path: Path, small_pieces: list[int], starts: list[int]
 ) -> None:
-    from stallscope.analyzer import decode_pool
-    from stallscope.analyzer.loader import start_decoding
+    from stallscope.analyzer.load import decode_pool
+    from stallscope.analyzer.load.loader import start_decoding
 
     # GIVEN a trace cut into many pieces, and its decode worker started before it is loaded
     path = write_trace_file(tmp_path / "early.pt.trace.json.gz", big_document(2000))
@@ -709,8 +711,8 @@ def test_a_decode_worker_started_early_is_the_one_the_parse_takes(
 def test_analyze_and_report_start_the_decode_worker_before_importing_the_analysis(
     tmp_path: Path, small_pieces: list[int], starts: list[int], monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:
-    from stallscope import cli
-    from stallscope.analyzer import decode_pool
+    from stallscope import commands
+    from stallscope.analyzer.load import decode_pool
 
     taken: list[bool] = []
     take = decode_pool._take_early
@@ -725,18 +727,18 @@ def test_analyze_and_report_start_the_decode_worker_before_importing_the_analysi
     monkeypatch.setenv("STALLSCOPE_DECODE_WORKERS", "1")
     path = write_trace_file(tmp_path / "cli.pt.trace.json.gz", big_document(2000))
     # WHEN `analyze --json` runs, and again with no worker
-    assert cli.main(["analyze", str(path), "--json", "-", "-q", "--no-cache"]) == 0
+    assert commands.main(["analyze", str(path), "--json", "-", "-q", "--no-cache"]) == 0
     helped = json.loads(capsys.readouterr().out)
     # THEN one worker was started (before the parse, which took it), it made some of the pieces, and the
     # answer is the one without it
     assert starts == [1] and taken == [True] and len(small_pieces) >= 2
     monkeypatch.setenv("STALLSCOPE_DECODE_WORKERS", "0")
-    assert cli.main(["analyze", str(path), "--json", "-", "-q", "--no-cache"]) == 0
+    assert commands.main(["analyze", str(path), "--json", "-", "-q", "--no-cache"]) == 0
     assert helped == json.loads(capsys.readouterr().out)
     assert starts == [1]
     # AND `report` starts it early too (before importing the report's modules)
     monkeypatch.setenv("STALLSCOPE_DECODE_WORKERS", "1")
-    assert cli.main(["report", str(path), "-o", str(tmp_path / "r.html"), "-q", "--no-cache"]) == 0
+    assert commands.main(["report", str(path), "-o", str(tmp_path / "r.html"), "-q", "--no-cache"]) == 0
     assert starts == [1, 1] and taken == [True, True] and (tmp_path / "r.html").stat().st_size > 0
 
 
@@ -744,8 +746,8 @@ def test_analyze_and_report_start_the_decode_worker_before_importing_the_analysi
 def test_early_decode_workers_the_parse_does_not_take_are_stopped(
     tmp_path: Path, small_pieces: list[int], starts: list[int]
 ) -> None:
-    from stallscope.analyzer import decode_pool
-    from stallscope.analyzer.loader import start_decoding
+    from stallscope.analyzer.load import decode_pool
+    from stallscope.analyzer.load.loader import start_decoding
 
     # GIVEN a decode worker started early for one trace
     first = write_trace_file(tmp_path / "first.pt.trace.json", big_document(2000))
@@ -765,8 +767,8 @@ def test_early_decode_workers_the_parse_does_not_take_are_stopped(
 def test_no_decode_worker_starts_early_for_a_cached_model_or_a_small_file(
     tmp_path: Path, small_pieces: list[int], starts: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from stallscope.analyzer import cache, decode_pool
-    from stallscope.analyzer.loader import start_decoding
+    from stallscope.analyzer.load import cache, decode_pool
+    from stallscope.analyzer.load.loader import start_decoding
 
     # GIVEN a trace whose model is in the cache
     path = write_trace_file(tmp_path / "cached.pt.trace.json", big_document(300))
@@ -778,7 +780,7 @@ def test_no_decode_worker_starts_early_for_a_cached_model_or_a_small_file(
     assert len(starts) == asked and not decode_pool._early
     # nor for a file too small for workers, nor with none asked for
     with monkeypatch.context() as patch:
-        patch.setattr(stallscope.analyzer.loader, "_WORKER_MIN_BYTES", path.stat().st_size + 1)
+        patch.setattr(stallscope.analyzer.load.loader, "_WORKER_MIN_BYTES", path.stat().st_size + 1)
         start_decoding(path, use_cache=False, workers=1)
     start_decoding(path, use_cache=False, workers=0)
     assert len(starts) == asked and not decode_pool._early
@@ -791,18 +793,18 @@ def test_a_decode_worker_that_dies_leaves_the_file_to_this_process(
     # GIVEN a decode worker that dies on its first piece
     import os
 
-    import stallscope.analyzer.build
+    import stallscope.analyzer.load.build
 
     parent = os.getpid()
-    real = stallscope.analyzer.build.decode_batch
+    real = stallscope.analyzer.load.build.decode_batch
 
     def dies_in_the_worker(piece: Any, **options: Any) -> Any:
         if os.getpid() != parent:
             os._exit(3)
         return real(piece, **options)
 
-    monkeypatch.setattr(stallscope.analyzer.build, "decode_batch", dies_in_the_worker)
-    from stallscope.analyzer import decode_pool
+    monkeypatch.setattr(stallscope.analyzer.load.build, "decode_batch", dies_in_the_worker)
+    from stallscope.analyzer.load import decode_pool
 
     lost: list[str] = []
 
@@ -828,7 +830,7 @@ def test_a_worker_whose_read_of_the_file_differs_makes_the_parts_unusable(tmp_pa
     # between the reads): this process hands out its first piece only once the worker has made its own
     import time
 
-    from stallscope.analyzer import decode_pool
+    from stallscope.analyzer.load import decode_pool
 
     texts = [json.dumps([{"ph": "X", "name": "op", "ts": 0, "dur": 1, "pid": 1, "tid": 1}]).encode()]
     texts += [json.dumps([{"ph": "i", "name": "x", "ts": i, "pid": 1, "tid": 1}]).encode() for i in range(3)]
@@ -858,7 +860,7 @@ def test_a_decode_worker_that_cannot_start_leaves_the_file_to_this_process(
     tmp_path: Path, small_pieces: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # GIVEN decode workers that fail to start (as fork under ``-W error`` with threads would)
-    from stallscope.analyzer import decode_pool
+    from stallscope.analyzer.load import decode_pool
 
     def refuse(self: Any) -> None:
         raise DeprecationWarning("This process is multi-threaded, use of fork() may lead to deadlocks")
@@ -890,7 +892,7 @@ def test_a_bad_piece_decoded_by_a_worker_falls_back_like_one_decoded_here(
 def test_decode_workers_from_the_environment(
     monkeypatch: pytest.MonkeyPatch, value: str, expected: int
 ) -> None:
-    from stallscope.analyzer.decode_pool import default_workers
+    from stallscope.analyzer.load.decode_pool import default_workers
 
     monkeypatch.setenv("STALLSCOPE_DECODE_WORKERS", value)
     assert default_workers() == expected
@@ -924,7 +926,7 @@ def test_large_file_with_event_separators_inside_names_loads_intact(tmp_path: Pa
 
 
 class CountingBuild:
-    """Stands in for ``stallscope.analyzer.loader.build_model``: counts calls; ``refuse`` makes a call fail."""
+    """Stands in for ``stallscope.analyzer.load.loader.build_model``: counts calls; ``refuse`` makes a call fail."""
 
     def __init__(self) -> None:
         self.calls = 0
@@ -940,7 +942,7 @@ class CountingBuild:
 @pytest.fixture
 def counting_build(monkeypatch: pytest.MonkeyPatch) -> CountingBuild:
     spy = CountingBuild()
-    monkeypatch.setattr(stallscope.analyzer.loader, "build_model", spy)
+    monkeypatch.setattr(stallscope.analyzer.load.loader, "build_model", spy)
     return spy
 
 
@@ -968,8 +970,8 @@ def test_second_load_comes_from_the_cache(
 _CHILD_WRITER = """
 import os, sys
 from pathlib import Path
-from stallscope.analyzer import cache
-from stallscope.analyzer.loader import load_file
+from stallscope.analyzer.load import cache
+from stallscope.analyzer.load.loader import load_file
 path = Path(sys.argv[1])
 with cache.writes_in_a_child():
     model = load_file(path)
@@ -1218,7 +1220,7 @@ def test_unknown_top_level_keys_are_counted_not_fatal(
     # GIVEN a trace with top-level keys stallscope does not read, before and after the event list
     doc = minimal_trace()
     doc = {"tw_job": "x", **doc, "tw_user": "h", "host_name": "known", "traceName": "t", "with_stack": True}
-    monkeypatch.setattr(stallscope.analyzer.loader, "_STREAM_MIN_BYTES", 0 if stream else 1 << 40)
+    monkeypatch.setattr(stallscope.analyzer.load.loader, "_STREAM_MIN_BYTES", 0 if stream else 1 << 40)
     if stream:
         request.getfixturevalue("no_whole_document_decode")  # prove the streaming path read it
     # WHEN loaded
@@ -1247,7 +1249,7 @@ def test_annotated_iterations_are_the_steps_when_there_is_no_profiler_step(write
         ("iteration#7", 7, 100.0, 400.0),
         ("iteration#8", 8, 400.0, 650.0),
     ]
-    from stallscope.analyzer.analysis import find_window
+    from stallscope.analyzer.passes.window import find_window
 
     w = find_window(m)
     assert (w.start_us, w.end_us, w.basis.value) == (100.0, 650.0, "steps")

@@ -16,15 +16,17 @@ from _programs import TINY_LM, line_of
 torch = pytest.importorskip("torch")
 
 from stallscope.analyzer.analysis import Analysis, analyze  # noqa: E402
-from stallscope.analyzer.findings_latent import DECODE_ADVICE, UNMEASURED, input_advice  # noqa: E402
-from stallscope.analyzer.loader import load  # noqa: E402
-from stallscope.analyzer.output import to_json  # noqa: E402
-from stallscope.cli import main  # noqa: E402
+from stallscope.analyzer.document.analysis import to_json  # noqa: E402
+from stallscope.analyzer.findings.advice import DECODE as DECODE_ADVICE  # noqa: E402
+from stallscope.analyzer.findings.advice import input_bound as input_advice  # noqa: E402
+from stallscope.analyzer.findings.latent import UNMEASURED  # noqa: E402
+from stallscope.analyzer.load.loader import load  # noqa: E402
 from stallscope.collector import session  # noqa: E402
 from stallscope.collector.bundle import SIDECAR_NAME  # noqa: E402
+from stallscope.commands import main  # noqa: E402
 from stallscope.dashboard import report  # noqa: E402
 from stallscope.dashboard.report import findings_doc  # noqa: E402
-from stallscope.terminal import render  # noqa: E402
+from stallscope.render.summary import render  # noqa: E402
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-only behaviour")
 WINDOW = ["--no-analyze", "--skip", "1", "--warmup", "0", "--steps", "3"]

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 from stallscope.analyzer.analysis import analyze, analyze_model
-from stallscope.analyzer.loader import load
-from stallscope.analyzer.model import LaneKind, TraceModel
-from stallscope.cli import main
+from stallscope.analyzer.core.model import LaneKind, TraceModel
+from stallscope.analyzer.load.loader import load
+from stallscope.commands import main
 
 pytestmark = pytest.mark.shared
 

@@ -16,13 +16,13 @@ from _replay_reference import reference_replay, same_bits
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stallscope.analyzer import load
-from stallscope.analyzer import replay as rp
 from stallscope.analyzer.analysis import Analysis, analyze_model
-from stallscope.analyzer.graph import Blocking, Graph
-from stallscope.analyzer.inputs import input_intervals, main_thread
-from stallscope.analyzer.replay import Costs, Frame, make_frame, replay, replay_ends, replay_many
-from stallscope.analyzer.whatif import scenario_costs
+from stallscope.analyzer.graph.dependency import Blocking, Graph
+from stallscope.analyzer.graph.inputs import input_intervals, main_thread
+from stallscope.analyzer.load.loader import load
+from stallscope.analyzer.passes import replay as rp
+from stallscope.analyzer.passes.replay import Costs, Frame, make_frame, replay, replay_ends, replay_many
+from stallscope.analyzer.passes.whatif import scenario_costs
 
 SAMPLE_NAMES = sorted(p.name for p in SAMPLES.glob("*.pt.trace.json.gz"))
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from stallscope.analyzer.analysis import Analysis, analyze
-from stallscope.analyzer.loader import load
-from stallscope.analyzer.output import to_json
+from stallscope.analyzer.document.analysis import to_json
+from stallscope.analyzer.load.loader import load
 from stallscope.collector import scenarios as sc
 from stallscope.collector.scenario import Scenario
 from stallscope.dashboard import report
@@ -354,7 +354,7 @@ def test_saving_card_never_says_none_above_a_finding_that_costs_time() -> None:
     # GIVEN a CPU-only recording whose top finding costs 935 ms the replay could not re-time
     from dataclasses import replace
 
-    from stallscope.analyzer.findings import Finding, Severity
+    from stallscope.analyzer.findings.base import Finding, Severity
 
     a = analyze(load(Path(__file__).parents[1] / "sample_traces" / "examples" / "item_logging"))
     costly = Finding("input_bound", Severity.HIGH, "data loading", None, 4, 935_000.0, 0.0, "advice")

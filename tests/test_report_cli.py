@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from _kineto import REPO, SAMPLES
 
-from stallscope.cli import main
-from stallscope.report_cmd import default_output
+from stallscope.commands import main
+from stallscope.commands.report import default_output
 
 SAMPLE = SAMPLES / "item_in_loop.pt.trace.json.gz"
 

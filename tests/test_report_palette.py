@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 
-from stallscope.analyzer.critical import Kind
-from stallscope.analyzer.gaps import Cause
-from stallscope.analyzer.names import EventKind
+from stallscope.analyzer.core.names import EventKind
+from stallscope.analyzer.passes.critical import Kind
+from stallscope.analyzer.passes.gaps import Cause
 from stallscope.dashboard import palette
 
 _HEX = re.compile(r"^#[0-9a-f]{6}$")

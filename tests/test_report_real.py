@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from stallscope.analyzer.analysis import analyze
-from stallscope.analyzer.loader import load
-from stallscope.analyzer.model import LaneKind
+from stallscope.analyzer.core.model import LaneKind
+from stallscope.analyzer.load.loader import load
 from stallscope.dashboard import report
 
 pytestmark = pytest.mark.shared

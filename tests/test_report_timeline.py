@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from stallscope.analyzer.analysis import Analysis, analyze
-from stallscope.analyzer.loader import load
+from stallscope.analyzer.load.loader import load
 from stallscope.collector import scenarios as sc
 from stallscope.collector.scenario import Scenario
 from stallscope.dashboard.timeline import RowKind, extract, figure, lod

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from stallscope.analyzer import load
 from stallscope.analyzer.analysis import analyze
-from stallscope.analyzer.output import to_json
-from stallscope.analyzer.runtiming import run_timing
-from stallscope.cli import main
+from stallscope.analyzer.document.analysis import to_json
+from stallscope.analyzer.load.loader import load
+from stallscope.analyzer.passes.runtiming import run_timing
+from stallscope.commands import main
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 

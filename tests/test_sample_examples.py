@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from stallscope.analyzer.analysis import analyze
-from stallscope.analyzer.loader import load
-from stallscope.cli import main
+from stallscope.analyzer.load.loader import load
+from stallscope.commands import main
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "sample_traces" / "examples"
 EXPECTED: dict[str, Any] = json.loads((EXAMPLES / "expected.json").read_text())

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from stallscope.analyzer.analysis import analyze
-from stallscope.analyzer.loader import load
-from stallscope.analyzer.output import to_json
+from stallscope.analyzer.document.analysis import to_json
+from stallscope.analyzer.load.loader import load
 from stallscope.dashboard.headline import best_saving
 from stallscope.dashboard.store import CorruptEntry, NotReady, Status, Store, TooLarge, UnknownTrace, check_id
 from stallscope.dashboard.unpack import BadUpload

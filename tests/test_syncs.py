@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from _kineto import SAMPLES
 
-from stallscope.analyzer import load
 from stallscope.analyzer.analysis import Analysis, analyze
-from stallscope.analyzer.gaps import Cause
-from stallscope.analyzer.syncs import Reason, SyncKind
+from stallscope.analyzer.load.loader import load
+from stallscope.analyzer.passes.gaps import Cause
+from stallscope.analyzer.passes.syncs import Reason, SyncKind
 
 
 def analysed(path: Path, rank: int | None = None) -> Analysis:

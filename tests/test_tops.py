@@ -1,4 +1,4 @@
-"""Top tables (stallscope.analyzer.tops): ops by self time and kernels by device time, on a hand-built trace."""
+"""Top tables (stallscope.analyzer.passes.tops): ops by self time and kernels by device time, on a hand-built trace."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 from _kineto import WriteTrace, document, kernel, span
 
-from stallscope.analyzer import load
 from stallscope.analyzer.analysis import analyze
-from stallscope.analyzer.output import to_json
-from stallscope.analyzer.tops import top_tables
-from stallscope.terminal import render
+from stallscope.analyzer.document.analysis import to_json
+from stallscope.analyzer.load.loader import load
+from stallscope.analyzer.passes.tops import top_tables
+from stallscope.render.summary import render
 
 
 def trace() -> list[dict[str, object]]:
@@ -73,7 +73,7 @@ def test_an_op_under_a_python_frame_under_an_op_counts_as_nested(write_trace: Wr
 
 
 def test_grouping_by_name_matches_a_dictionary() -> None:
-    from stallscope.analyzer.tops import _group
+    from stallscope.analyzer.passes.tops import _group
 
     rng = np.random.default_rng(3)
     for low in (0, -3):  # name codes as the loader makes them, and (never from the loader) negative ones

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from fuzzing import CORPUS
 
-import stallscope.analyzer.critical
-from stallscope.cli import main
+import stallscope.analyzer.passes.critical
+from stallscope.commands import main
 from stallscope.watchdog import BASE_S, PER_MB_S, budget_s
 
 
@@ -24,7 +24,7 @@ def test_a_pass_that_never_ends_is_stopped_and_named(
         while True:
             time.sleep(0.001)
 
-    monkeypatch.setattr(stallscope.analyzer.critical._Walk, "run", forever)
+    monkeypatch.setattr(stallscope.analyzer.passes.critical._Walk, "run", forever)
     trace = CORPUS / "superscript_step.json"
     # WHEN analysed with a 1 s limit
     start = time.monotonic()
@@ -33,7 +33,7 @@ def test_a_pass_that_never_ends_is_stopped_and_named(
     assert code == 2 and time.monotonic() - start < 10
     assert capsys.readouterr().err == (
         f"stallscope: error: {trace}: stopped after 1 s while analysing: critical path "
-        "(in stallscope.analyzer.critical.critical_path), "
+        "(in stallscope.analyzer.passes.critical.critical_path), "
         "far past the expected time for its size (--time-limit S to allow more)\n"
     )
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)

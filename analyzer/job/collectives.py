@@ -17,10 +17,10 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from stallscope.analyzer.loader import read_json_bytes
-from stallscope.analyzer.model import TraceModel
-from stallscope.analyzer.names import EventKind
-from stallscope.analyzer.raw import IdValue
+from stallscope.analyzer.core.model import TraceModel
+from stallscope.analyzer.core.names import EventKind
+from stallscope.analyzer.load.loader import read_json_bytes
+from stallscope.analyzer.load.raw import IdValue
 
 _KERNEL = re.compile(r"\b[nr]ccl(?:Dev)?Kernel_([A-Za-z]+)", re.IGNORECASE)
 _MAX_UP = 12  # host levels searched above a launch call for the comms op and annotation

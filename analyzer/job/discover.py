@@ -6,8 +6,8 @@ from __future__ import annotations
 import glob
 from pathlib import Path
 
-from stallscope.analyzer.errors import TraceError
-from stallscope.analyzer.loader import trace_files
+from stallscope.analyzer.core.errors import TraceError
+from stallscope.analyzer.load.loader import trace_files
 
 _GLOB = set("*?[")
 

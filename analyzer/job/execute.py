@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stallscope.analyzer.errors import UsageError
+from stallscope.analyzer.core.errors import UsageError
 from stallscope.analyzer.job.reduce import reduce_file
 from stallscope.analyzer.job.tables import RankFailure, RankTable
 

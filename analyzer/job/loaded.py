@@ -6,11 +6,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from stallscope.analyzer.analysis import Analysis, analyze, analyze_model
+from stallscope.analyzer.core.model import TraceSet
 from stallscope.analyzer.job.collectives import scan_args
 from stallscope.analyzer.job.reduce import reduce_analysis
 from stallscope.analyzer.job.result import JobAnalysis
 from stallscope.analyzer.job.verdict import analyze_job
-from stallscope.analyzer.model import TraceSet
 
 
 def analyse_set(traces: TraceSet, rank: int | None = None) -> tuple[Analysis, JobAnalysis | None]:

@@ -12,12 +12,13 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from stallscope.analyzer import cache, intervals
-from stallscope.analyzer.analysis import Analysis, analyze_model, busy_intervals
-from stallscope.analyzer.arrays import distinct
-from stallscope.analyzer.critical import CriticalPath, Kind
-from stallscope.analyzer.errors import StallscopeError
-from stallscope.analyzer.gaps import Cause
+from stallscope.analyzer.analysis import Analysis, analyze_model
+from stallscope.analyzer.core import intervals
+from stallscope.analyzer.core.arrays import distinct
+from stallscope.analyzer.core.errors import StallscopeError
+from stallscope.analyzer.core.model import TraceModel
+from stallscope.analyzer.core.names import EventKind
+from stallscope.analyzer.core.sites import call_site, parse_frame
 from stallscope.analyzer.job.collectives import ArgIndex, Found, find_collectives, scan_args
 from stallscope.analyzer.job.tables import (
     KINDS,
@@ -28,10 +29,11 @@ from stallscope.analyzer.job.tables import (
     SiteTime,
     StepRow,
 )
-from stallscope.analyzer.loader import load_file
-from stallscope.analyzer.model import TraceModel
-from stallscope.analyzer.names import EventKind
-from stallscope.analyzer.sites import call_site, parse_frame
+from stallscope.analyzer.load import cache
+from stallscope.analyzer.load.loader import load_file
+from stallscope.analyzer.passes.critical import CriticalPath, Kind
+from stallscope.analyzer.passes.gaps import Cause
+from stallscope.analyzer.passes.window import busy_intervals
 
 SITES_PER_KIND = 2
 _HOST_KINDS = (EventKind.CPU_OP, EventKind.ANNOTATION, EventKind.PYTHON, EventKind.RUNTIME, EventKind.DRIVER)

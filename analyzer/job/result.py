@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stallscope.analyzer.critical import Kind
-from stallscope.analyzer.findings import Severity
+from stallscope.analyzer.findings.base import Severity
 from stallscope.analyzer.job.tables import Overlap, RankFailure, RankTable
+from stallscope.analyzer.passes.critical import Kind
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import statistics
 
-from stallscope.analyzer.critical import Kind
 from stallscope.analyzer.job.align import Clocks, Instance
 from stallscope.analyzer.job.result import Arrival, InstanceResult
 from stallscope.analyzer.job.tables import KINDS, Collective, RankTable
+from stallscope.analyzer.passes.critical import Kind
 
 #: lateness under which the last arriver is not called a straggler (the gap threshold's order)
 MIN_LATE_US = 20.0

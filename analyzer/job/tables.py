@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stallscope.analyzer.analysis import Summary
-from stallscope.analyzer.critical import Kind
+from stallscope.analyzer.passes.critical import Kind
+from stallscope.analyzer.passes.window import Summary
 
 #: the critical-path kinds, in the order ``Collective.before_us`` lists them
 KINDS: tuple[Kind, ...] = tuple(Kind)

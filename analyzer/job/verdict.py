@@ -10,8 +10,7 @@ from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 
-from stallscope.analyzer.critical import Kind
-from stallscope.analyzer.findings import Severity
+from stallscope.analyzer.findings.base import Severity
 from stallscope.analyzer.job.align import Instance, align_clocks, match
 from stallscope.analyzer.job.result import (
     InstanceResult,
@@ -24,6 +23,7 @@ from stallscope.analyzer.job.result import (
 )
 from stallscope.analyzer.job.stragglers import MIN_LATE_US, instance_results
 from stallscope.analyzer.job.tables import RankFailure, RankTable
+from stallscope.analyzer.passes.critical import Kind
 
 ADVICE: dict[str, str] = {
     Kind.INPUT.value: (

@@ -72,6 +72,13 @@ def poll_pending(
     return progress_text(entry), render(services, pathname, search)
 
 
+def on_preparing(services: Services, trace_id: str, pathname: str | None, search: str | None) -> Any:
+    """The timeline page, drawn again once its analysis is ready or its rebuild failed."""
+    if not explorer.prepared(services, trace_id):
+        return no_update
+    return render(services, pathname, search)
+
+
 def register(app: Dash, services: Services) -> None:
     @app.callback(
         Output(Shell.CONTENT.value, "children"),
@@ -92,6 +99,17 @@ def register(app: Dash, services: Services) -> None:
     )
     def pending(_n: int, trace_id: str | None, pathname: str | None, search: str | None) -> tuple[Any, Any]:
         return poll_pending(services, trace_id, pathname, search)
+
+    @app.callback(
+        Output(Shell.CONTENT.value, "children", allow_duplicate=True),
+        Input(explorer.Ids.PREPARING_TICK.value, "n_intervals"),
+        State(explorer.Ids.PREPARING_TRACE.value, "data"),
+        State(Shell.URL.value, "pathname"),
+        State(Shell.URL.value, "search"),
+        prevent_initial_call=True,
+    )
+    def prepared(_n: int, trace_id: str, pathname: str | None, search: str | None) -> Any:
+        return on_preparing(services, trace_id, pathname, search)
 
     for module in (traces, overview, explorer, tables, whatif, job, compare):
         module.register(app, services)

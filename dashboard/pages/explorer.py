@@ -15,7 +15,7 @@ import numpy as np
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
 from stallscope.dashboard import timeline
-from stallscope.dashboard.pages.common import Doc, Shell, message, ms, trace_nav
+from stallscope.dashboard.pages.common import Doc, message, ms, trace_nav
 from stallscope.dashboard.services import Services
 from stallscope.dashboard.store import Entry, StoreError
 
@@ -242,28 +242,14 @@ def preparing(entry: Entry, doc: Doc) -> html.Div:
     )
 
 
-def on_preparing(services: Services, trace_id: str, pathname: str | None, search: str | None) -> Any:
-    """The timeline page once its analysis is ready or its rebuild failed (then the page says why)."""
+def prepared(services: Services, trace_id: str) -> bool:
+    """Whether the timeline page can be drawn again: its analysis is ready or its rebuild failed (then the
+    page says why). The router redraws it (``pages.on_preparing``)."""
     live = services.live
-    if not live.ready(trace_id) and live.failure(trace_id) is None:
-        return no_update
-    from stallscope.dashboard.pages import render
-
-    return render(services, pathname, search)
+    return live.ready(trace_id) or live.failure(trace_id) is not None
 
 
 def register(app: Dash, services: Services) -> None:
-    @app.callback(
-        Output(Shell.CONTENT.value, "children", allow_duplicate=True),
-        Input(Ids.PREPARING_TICK.value, "n_intervals"),
-        State(Ids.PREPARING_TRACE.value, "data"),
-        State(Shell.URL.value, "pathname"),
-        State(Shell.URL.value, "search"),
-        prevent_initial_call=True,
-    )
-    def prepared(_n: int, trace_id: str, pathname: str | None, search: str | None) -> Any:
-        return on_preparing(services, trace_id, pathname, search)
-
     clientside: Any = app.clientside_callback  # untyped in dash
     clientside(
         _RANGE_ONLY,

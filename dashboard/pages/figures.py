@@ -11,9 +11,9 @@ import numpy as np
 import plotly.graph_objects as go
 
 from stallscope.analyzer.analysis import Analysis
-from stallscope.analyzer.model import LaneKind
-from stallscope.analyzer.names import EventKind
-from stallscope.analyzer.replay import Replay
+from stallscope.analyzer.core.model import LaneKind
+from stallscope.analyzer.core.names import EventKind
+from stallscope.analyzer.passes.replay import Replay
 from stallscope.dashboard import palette
 from stallscope.dashboard.timeline import lod
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from dash import Dash, Input, Output, State, dcc, html
 
-from stallscope.analyzer.replay import Scenario
+from stallscope.analyzer.passes.replay import Scenario
 from stallscope.dashboard.live import retimed
 from stallscope.dashboard.pages import figures
 from stallscope.dashboard.pages.common import Doc, data_table, message, ms, trace_nav

@@ -1,0 +1,158 @@
+"""Every advice text a finding gives, in one place: what to change in the program, per problem.
+
+A finding's title says what happened and its numbers what it cost; its advice says what to do. The texts
+name PyTorch APIs exactly (they are copied into code by users) and never promise a saving: savings come
+from the what-if replays, in the finding's own fields.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stallscope.analyzer.passes.syncs import SyncKind
+
+#: the caching allocator synchronising in the steady state (cudaFree/cudaMalloc)
+ALLOCATOR = (
+    "The caching allocator synchronised (cudaFree/cudaMalloc in the steady state): avoid "
+    "`torch.cuda.empty_cache()` in the loop, keep tensor shapes stable, and consider "
+    "`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`."
+)
+
+#: a sync that could go, per kind (``false_sync_*`` on a GPU, ``would_sync_*`` on a CPU-only run)
+SYNC: dict[SyncKind, str] = {
+    SyncKind.SCALAR_READ: (
+        "Keep the value on the device and read it every N steps (accumulate `total += loss.detach()`, "
+        "then `.item()` once), or copy it with `non_blocking=True` into a pinned buffer and read it after "
+        "an event: `buf.copy_(x, non_blocking=True); ev.record(); ...; ev.synchronize()`."
+    ),
+    SyncKind.TO_HOST: (
+        "Avoid moving tensors to the host inside the loop (`.cpu()`, `.tolist()`, `.numpy()`): keep the "
+        "work on the device, or copy `non_blocking=True` into pinned memory and wait on an event only "
+        "when the value is needed."
+    ),
+    SyncKind.BLANKET: (
+        "Remove `torch.cuda.synchronize()` from the loop: kernels on one stream already run in order. To "
+        "time or to hand data to another stream, use `torch.cuda.Event` (record/wait) instead."
+    ),
+    SyncKind.DATA_DEPENDENT: (
+        "The output shape depends on the data (`nonzero`, boolean masks, `unique`), so the host must wait "
+        "for the result: use static-shape alternatives (`torch.where(mask, x, 0)`, `masked_fill`, "
+        "`nonzero_static` / a fixed `size=`), or move the step out of the hot loop."
+    ),
+    SyncKind.PAGEABLE_COPY: (
+        "`non_blocking=True` from pageable memory still waits for the stream: allocate the source in pinned "
+        "memory (`tensor.pin_memory()`, `DataLoader(pin_memory=True)`) so the copy overlaps with compute."
+    ),
+    SyncKind.STREAM: (
+        "A stream synchronize blocks the host until all queued work is done: wait on an event recorded "
+        "after the work you need, or drop the wait."
+    ),
+    SyncKind.EVENT: "Wait for the event later, when the result is actually needed, or on the device (`wait_event`).",
+    SyncKind.ALLOCATOR: ALLOCATOR,
+    SyncKind.OTHER: "This call blocks the host until the device catches up; remove it from the loop if you can.",
+}
+
+
+DECODE = (
+    "A decode loop needs each token on the host, so the wait itself stays, but the device need not idle "
+    "through it: launch the next step before reading this one back (overlap the readback with the next "
+    "launch), copy the token `non_blocking=True` into pinned memory and wait on an event, and check for "
+    "EOS every k tokens instead of every token (finished sequences run a few extra tokens)."
+)
+
+
+LAUNCH_BOUND = (
+    "Cut per-kernel launch cost: capture the loop body in a CUDA graph (`torch.cuda.graphs` / "
+    "`torch.compile(mode='reduce-overhead')`), fuse small ops (`torch.compile`), or batch more "
+    "work per kernel."
+)
+
+LOW_UTILIZATION = (
+    "Fix the findings above first; then raise the work per step (batch size, fused kernels) so the "
+    "device has more to do per host step."
+)
+
+MEMORY_NEAR_CAPACITY = (
+    "Make room before it runs out: recompute activations (`torch.utils.checkpoint`), use a smaller "
+    "batch with gradient accumulation, drop references to tensors you no longer need (losses kept "
+    "for logging: `.detach()` or `.item()` them), and set "
+    "`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` to cut fragmentation (reserved far above "
+    "allocated)."
+)
+
+AUTOREGRESSIVE_READBACK = (
+    "Overlap the host's post-processing of token t with the device's step t+1: launch the next "
+    "step before reading the token (keep sampled tokens on the device and feed them back as "
+    "tensors), copy it `non_blocking=True` into a pinned buffer and wait on an event later, "
+    "read several tokens back at once, or capture the step in a CUDA graph. Serving engines do "
+    "this: TensorRT-LLM's overlap scheduler, SGLang's zero-overhead scheduler."
+)
+
+COPY_ON_SIDE_STREAM = (
+    "Copy on a side stream so the copy overlaps with compute: from pinned memory "
+    "(`DataLoader(pin_memory=True)` / `tensor.pin_memory()`), "
+    "`with torch.cuda.stream(copy_stream): x = batch.to('cuda', non_blocking=True)` with "
+    "`copy_stream = torch.cuda.Stream()`, then "
+    "`torch.cuda.current_stream().wait_stream(copy_stream)` (or record/wait an event) and "
+    "`x.record_stream(torch.cuda.current_stream())` before using it; prefetch the next batch "
+    "while this one computes."
+)
+
+STREAMS_SERIALIZED = (
+    "The streams are serialized: look for `torch.cuda.synchronize()`, `stream.synchronize()` or "
+    "`wait_stream` between their work. Wait on an event recorded right after the work that is "
+    "needed (`ev = torch.cuda.Event(); ev.record(side)` after the producer, "
+    "`torch.cuda.current_stream().wait_event(ev)` just before the consumer), not on the whole "
+    "stream, and issue independent work on the side stream before waiting."
+)
+
+UNSYNCHRONIZED_READBACK = (
+    "A `non_blocking=True` copy to the host returns before the data has landed: reading the "
+    "buffer now may see stale values. Record an event after the copy and wait on it before "
+    "reading: `out = x.to('cpu', non_blocking=True); ev = torch.cuda.Event(); ev.record(); ...; "
+    "ev.synchronize(); use(out)`."
+)
+
+_TENSOR_CORES_TF32 = (
+    "Let matmuls use the tensor cores: `torch.backends.cuda.matmul.allow_tf32 = True` and "
+    "`torch.backends.cudnn.allow_tf32 = True` (or `torch.set_float32_matmul_precision('high')`), "
+    "or run the model under `torch.autocast('cuda', dtype=torch.bfloat16)`"
+)
+_TENSOR_CORES_FP16 = (
+    "This GPU's tensor cores take FP16 (not TF32 or BF16): run the model under "
+    "`torch.autocast('cuda', dtype=torch.float16)` with a `torch.cuda.amp.GradScaler`"
+)
+_TENSOR_CORES_TAIL = (
+    "; for convolutions also use `model.to(memory_format=torch.channels_last)`. "
+    "The saving is an estimate: check the accuracy and measure."
+)
+
+
+def tensor_cores(tf32: bool) -> str:
+    """FP32 GEMMs on a tensor-core device: TF32/BF16 where the device has them, else FP16 autocast."""
+    return (_TENSOR_CORES_TF32 if tf32 else _TENSOR_CORES_FP16) + _TENSOR_CORES_TAIL
+
+
+def input_bound(run: dict[str, Any]) -> str:
+    """What to change in the program's data loading, from the DataLoaders the collector saw (sidecar
+    ``run.dataloaders``); the generic advice when none was recorded."""
+    loaders = [d for d in run.get("dataloaders") or [] if isinstance(d, dict)]
+    workers = [int(d["num_workers"]) for d in loaders if isinstance(d.get("num_workers"), int)]
+    if not workers or max(workers) == 0:
+        return (
+            "Load data in the background: `DataLoader(num_workers=N, pin_memory=True, prefetch_factor=2, "
+            "persistent_workers=True)`, and copy batches with `non_blocking=True`."
+        )
+    n = max(workers)
+    loader = next(d for d in loaders if d.get("num_workers") == n)
+    prefetch = loader.get("prefetch_factor") or 2
+    extra = [] if loader.get("pin_memory") else ["`pin_memory=True` (with `non_blocking=True` copies)"]
+    if not loader.get("persistent_workers"):
+        extra.append("`persistent_workers=True` (no worker restart each epoch)")
+    also = f"; also {', '.join(extra)}" if extra else ""
+    return (
+        f"The DataLoader already has num_workers={n} and still cannot keep up: make each sample cheaper "
+        f"(`__getitem__`: decode, augment and convert less per sample, or do it once ahead of time), add "
+        f"workers (`num_workers={2 * n}` if the CPU has the cores), or deepen the queue "
+        f"(`prefetch_factor={2 * prefetch}`){also}."
+    )

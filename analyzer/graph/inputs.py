@@ -1,0 +1,72 @@
+"""Where host threads loaded data, and which thread drives the work (the window's end is measured on it)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from stallscope.analyzer.core import intervals
+from stallscope.analyzer.core.arrays import distinct
+from stallscope.analyzer.core.model import F64, TraceModel
+from stallscope.analyzer.core.names import STEP_PREFIX, EventKind
+from stallscope.analyzer.graph.dependency import Graph
+
+#: scope names that say data loading, in any category (user annotations, torch's own
+#: ``enumerate(DataLoader)#_...DataLoaderIter.__next__`` recorded as ``cpu_op`` or legacy ``Operator``):
+#: ``load_data``, ``get_batch`` / ``next_batch`` / ``wait_for_batch`` / ``copy_batch_to_gpu``, ``collate``,
+#: ``prefetch``, ``prepare_batch``, ``preprocess``, ``tokenize``, ``load_images``, or just ``data`` /
+#: ``batch`` / ``input``; not names that merely contain the words (``DistributedDataParallel.forward``,
+#: ``sparse_data_dist``, ``all2all_data``: communication, not input)
+_LOADING = re.compile(
+    r"dataloader|data[\s_-]?load|load[\s_-]?(data|batch|image|sample|example)s?"
+    r"|(get|next|fetch|wait[\s_-]?for|copy|prepare|make)[\s_-]?batch|batch[\s_-]?(load|fetch|prep)"
+    r"|collate|prefetch|pre[\s_-]?process|tokeni[sz]|^\W*(data|batch|input)\W*$",
+    re.IGNORECASE,
+)
+#: Python frames (``file.py(LINE): function``) of data loading: torch.utils.data, HF datasets, a dataset's
+#: ``__getitem__`` / ``__iter__`` / ``collate_fn`` outside torch itself
+_LOADING_FRAME = re.compile(
+    r"(torch/utils/data/|^datasets/|/datasets/|torchdata/|webdataset/|dali/).*\(\d+\): "
+    r"|\(\d+\): (__getitem__|__getitems__|collate_fn|collate|default_collate)$",
+    re.IGNORECASE,
+)
+_NOT_LOADING_FRAME = re.compile(
+    r"torch/(nn|_tensor|fx|_dynamo|distributed|autograd)|<built-in", re.IGNORECASE
+)
+_SCOPES = (EventKind.ANNOTATION, EventKind.CPU_OP, EventKind.PYTHON)
+
+
+def is_loading(name: str, kind: EventKind) -> bool:
+    """Whether a host scope with this name (of this kind) is data loading."""
+    if name.startswith(STEP_PREFIX):
+        return False
+    if kind == EventKind.PYTHON:
+        return bool(_LOADING_FRAME.search(name)) and not _NOT_LOADING_FRAME.search(name)
+    return bool(_LOADING.search(name))
+
+
+def input_intervals(model: TraceModel) -> dict[int, tuple[F64, F64]]:
+    """Per host thread, the disjoint intervals spent inside data loading: annotations or ops whose name
+    says so, and Python frames of data loading code."""
+    ev = model.events
+    out: dict[int, tuple[F64, F64]] = {}
+    mask = np.zeros(len(ev), dtype=np.bool_)
+    for kind in _SCOPES:
+        loading = np.array([is_loading(s, kind) for s in model.strings], dtype=np.bool_)
+        mask |= (ev.kind == kind) & loading[ev.name]
+    for lane in distinct(ev.lane[mask]).tolist():
+        on = mask & (ev.lane == lane)
+        out[int(lane)] = intervals.union(ev.ts[on], ev.end[on])
+    return out
+
+
+def main_thread(model: TraceModel, g: Graph) -> int:
+    """The thread whose end the window's end is measured on: the one that marks the steps; without steps,
+    the thread whose work ended last (ties: the one that issued the most scheduling calls)."""
+    if model.steps:
+        return model.steps[-1].lane
+    if g.calls:
+        return g.threads.last_lane(np.inf, int(np.bincount(g.call_lane).argmax()))
+    host = [lane.id for lane in model.lanes if not lane.on_device]
+    return g.threads.last_lane(np.inf, host[0]) if host else 0

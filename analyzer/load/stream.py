@@ -1,0 +1,221 @@
+"""Streaming decode of large traces: decompress block by block, cut the event list into batches at event
+boundaries, decode each batch typed. Memory holds one block and one batch, never the whole document.
+
+Cutting is optimistic: a cut is made at ``}`` ``,`` ``{`` between events. A cut inside a string would leave
+an unterminated string, which fails to decode; any such surprise raises ``NotStreamable`` and the caller
+falls back to decoding the whole document in memory (``stallscope.analyzer.load.raw.decode``), which has the precise
+error messages. Nothing is ever silently mis-parsed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import zlib
+from collections.abc import Iterator
+from operator import attrgetter
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import msgspec
+
+from stallscope.analyzer.load.raw import (
+    BATCH_BYTES,
+    Batch,
+    Document,
+    RawEvent,
+    counter_samples,
+    counters_of_items,
+    top_level,
+)
+
+_inflate_lib: ModuleType
+try:  # Intel ISA-L inflates gzip about twice as fast as zlib; optional, same API
+    from isal import isal_zlib as _inflate_lib  # type: ignore[import-not-found, unused-ignore]
+except ImportError:  # pragma: no cover - platform without isal wheels
+    _inflate_lib = zlib
+
+
+_BLOCK = 8 << 20
+_INFLATE_ERRORS: tuple[type[Exception], ...] = (zlib.error, _inflate_lib.error)  # isal has its own
+_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_CUT = re.compile(rb"\}\s*,\s*\{")
+_BATCH_DECODER = msgspec.json.Decoder(list[RawEvent])
+
+
+class NotStreamable(Exception):
+    """The document is not laid out the way the streaming path expects; decode it whole instead."""
+
+
+class TooLarge(Exception):
+    """The file inflates to more bytes than allowed (a decompression bomb, or a trace beyond the limit)."""
+
+
+class OnlyWhitespace(Exception):
+    """The file holds nothing but whitespace."""
+
+
+def blocks(path: Path, gzipped: bool, limit: int | None = None) -> Iterator[bytes]:
+    """The file's bytes, gunzipped when ``gzipped``, in blocks of a few MB; ``TooLarge`` once more than
+    ``limit`` bytes have come out (counted as they inflate: a bomb is never inflated whole)."""
+    inflate: Any = _inflate_lib.decompressobj(wbits=47) if gzipped else None  # 47: gzip/zlib header
+    total = 0
+    with path.open("rb") as f:
+        while True:
+            data = f.read(_BLOCK)
+            if not data:
+                break
+            if inflate is None:
+                total += len(data)
+                if limit is not None and total > limit:
+                    raise TooLarge(total)
+                yield data
+                continue
+            while data:
+                try:
+                    block = inflate.decompress(data, _BLOCK)
+                except _INFLATE_ERRORS as exc:
+                    raise NotStreamable(f"gzip: {exc}") from None
+                total += len(block)
+                if limit is not None and total > limit:
+                    raise TooLarge(total)
+                yield block
+                data = inflate.unconsumed_tail
+                if inflate.eof and inflate.unused_data:
+                    raise NotStreamable("several gzip members")
+    if inflate is not None and not inflate.eof:
+        raise NotStreamable("truncated gzip")
+
+
+def stream_document(source: Iterator[bytes]) -> Document:
+    """A ``Document`` whose batches are decoded while ``source`` is read. Top-level facts (device
+    properties, rank...) are filled in when the last batch has been produced."""
+    doc = Document(iter(()), 0, [], {}, None, None)
+    doc.batches = (
+        _decode(piece, doc) if isinstance(piece, memoryview) else piece for piece in _pieces(source, doc)
+    )
+    return doc
+
+
+def stream_pieces(source: Iterator[bytes]) -> tuple[Document, Iterator[memoryview | Batch]]:
+    """``stream_document`` without the decoding: the event list cut into pieces, each the text of a JSON
+    list of events (``decode_batch`` makes it a batch; valid only until the next piece is asked for: copy
+    it to keep it) or, for the last events, a batch already decoded. The document's ``size`` counts only
+    the decoded pieces; the caller adds the others'."""
+    doc = Document(iter(()), 0, [], {}, None, None)
+    return doc, _pieces(source, doc)
+
+
+def decode_batch(text: bytes | memoryview, counters: bool = True) -> Batch:
+    """One piece of ``stream_pieces``: its events, and (unless not ``counters``: the caller finds them)
+    its counter samples when it holds any."""
+    try:
+        events = _BATCH_DECODER.decode(text)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise NotStreamable(str(exc)) from None
+    batch = Batch(events)
+    if counters and _holds_counters(events):
+        batch.counters = counter_samples(text, batch.skipped)
+    return batch
+
+
+def _pieces(source: Iterator[bytes], doc: Document) -> Iterator[memoryview | Batch]:
+    buf = b""
+    for block in source:
+        if not buf:  # whitespace before the document is dropped as it streams by, never held
+            block = block.lstrip()
+            if not block:
+                continue
+        buf += block
+        match = _KEY.search(buf)
+        if match:
+            break
+        if len(buf) > 64 << 20:
+            raise NotStreamable("no traceEvents list near the start")
+    else:
+        raise NotStreamable("no traceEvents list") if buf else OnlyWhitespace()
+    head = buf[: match.end() - 1]
+    pending = bytearray(buf[match.end() - 1 :])  # starts with the list's '['
+    del buf
+    for block in source:
+        pending += block
+        if len(pending) < BATCH_BYTES:
+            continue
+        cut = _last_cut(pending)
+        if cut > 0:
+            yield from _prefix(pending, cut)
+    cut = _last_cut(pending)
+    if cut > 0:  # the last full piece, as every other (a decode worker may take it)
+        yield from _prefix(pending, cut)
+    last, rest = _finish(pending, doc)
+    yield last
+    _top_level(head, rest, doc)
+
+
+def _last_cut(text: bytearray) -> int:
+    """Position of the ``}`` of the last ``} , {`` in ``text`` (-1 if none)."""
+    pos = len(text)
+    while True:
+        pos = text.rfind(b"}", 0, pos)
+        if pos < 0 or _CUT.match(text, pos):
+            return pos
+
+
+def _prefix(pending: bytearray, cut: int) -> Iterator[memoryview]:
+    """``pending[:cut + 1]`` (it starts with '[') as a list, in place: the byte after the cut becomes ']'
+    while the piece is out and the separating ',' becomes the '[' of what remains."""
+    comma = pending.index(b",", cut)
+    pending[cut + 1] = ord("]")
+    with memoryview(pending) as view, view[: cut + 2] as piece:
+        yield piece
+    pending[comma] = ord("[")
+    del pending[:comma]
+
+
+def _holds_counters(events: list[RawEvent]) -> bool:
+    """Does the decoded batch hold a counter event (``ph: "C"``) or a profiler range (a ``cat`` ending in
+    ``_profiler_range``)? The test of ``counter_samples``, on the phases and categories already decoded:
+    cheaper than scanning the batch's bytes for them (which a kernel's name can also make match)."""
+    if "C" in set(map(_PH, events)):
+        return True
+    return any(c.lower().endswith("_profiler_range") for c in set(map(_CAT, events)))
+
+
+_PH, _CAT = attrgetter("ph"), attrgetter("cat")
+
+
+def _decode(text: memoryview, doc: Document) -> Batch:
+    batch = decode_batch(text)
+    doc.size += len(batch.events)
+    return batch
+
+
+def _finish(pending: bytearray, doc: Document) -> tuple[Batch, bytes]:
+    """The last event (or none: ``pending`` holds no cut between events), then the closing ``]`` and what
+    follows it (the rest of the top-level object)."""
+    try:  # one event (or none) then ']': small, so the stdlib's prefix decoder is fine here
+        text = pending.decode("utf-8")
+        events, end = json.JSONDecoder().raw_decode(text)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise NotStreamable(str(exc)) from None
+    if not isinstance(events, list) or not all(isinstance(e, dict) for e in events):
+        raise NotStreamable("event list holds non-objects")
+    try:
+        last = msgspec.convert(events, list[RawEvent])
+    except msgspec.ValidationError as exc:
+        raise NotStreamable(str(exc)) from None
+    doc.size += len(last)
+    tail = Batch(last)
+    tail.counters = counters_of_items(events, tail.skipped)
+    return tail, text[end:].encode()
+
+
+def _top_level(head: bytes, rest: bytes, doc: Document) -> None:
+    try:
+        facts = top_level(head + b"[]" + rest)
+    except msgspec.MsgspecError as exc:
+        raise NotStreamable(str(exc)) from None
+    doc.device_properties, doc.distributed_info = facts.device_properties, facts.distributed_info
+    doc.display_time_unit, doc.base_time_ns = facts.display_time_unit, facts.base_time_ns
+    doc.unknown_keys = facts.unknown_keys

@@ -1,0 +1,382 @@
+"""Device idle gaps and their causes (DESIGN.md §4), and the bubble each blocking call leaves.
+
+A gap is a maximal idle interval of a device inside the window, at least ``min_gap_us`` long. Its cause is
+judged from the activity that ends it and the host thread that launched that activity:
+
+- ``sync``: a blocking call left the queue empty. After a call that blocked the host for ``wait``, the
+  following gaps on that device, up to ``wait`` of idle in total, are charged to it (its ``bubble``). A
+  newer blocking call takes over the lead. The lead explains only the first ``charge`` µs of a gap: the
+  rest is judged by the rules below, and the cause explaining more of the gap is reported;
+- ``input``: the launching thread was inside data loading for most of the (rest of the) gap;
+- ``dependency``: the activity waited for another stream's work that completed as the gap ended, is a
+  collective (it waits for the other ranks), or was held longer than a plausible launch latency after a
+  stream wait or by its CUDA graph's own order;
+- ``launch``: the launch call had started before the gap began and the delay is a plausible launch
+  latency for this device (derived from the trace, ``stallscope.analyzer.graph.edges``);
+- ``host``: the launching thread started the launch only after the gap began (busy with other work);
+- ``unknown``: no launch call is known for the activity, no activity ends the gap, or the activity was
+  held past a plausible launch latency by something the trace does not show (the detail says so).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from itertools import repeat
+from typing import NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+from stallscope.analyzer.core import intervals
+from stallscope.analyzer.core.arrays import distinct, group_order, window_max
+from stallscope.analyzer.core.model import F64, I64, Mask, TraceModel
+from stallscope.analyzer.core.names import ApiKind, EventKind
+from stallscope.analyzer.core.sites import CallSite, call_sites
+from stallscope.analyzer.graph.dependency import Graph, per_call
+
+MIN_GAP_US = 20.0
+_BOUND_US = 2.0  # an event that completed this close to a gap's end is what the gap waited for
+
+
+class Cause(str, Enum):
+    SYNC = "sync"
+    INPUT = "input"
+    LAUNCH = "launch"
+    DEPENDENCY = "dependency"
+    HOST = "host"
+    UNKNOWN = "unknown"
+
+
+class Gap(NamedTuple):
+    """One idle interval of a device and why (a trace can have tens of thousands: a tuple is made five
+    times faster than a frozen dataclass)."""
+
+    device: int
+    start_us: float
+    end_us: float
+    cause: Cause
+    detail: str
+    call_site: CallSite | None
+    blocking_call: int  # graph call index of the sync charged (-1 otherwise)
+    charged_us: float  # part of the gap charged to that sync
+
+    @property
+    def dur_us(self) -> float:
+        return self.end_us - self.start_us
+
+
+@dataclass(frozen=True)
+class GapReport:
+    gaps: tuple[Gap, ...]
+    bubble_us: dict[int, float]  # graph call index -> device idle charged to it
+    idle_by_cause: dict[Cause, float]
+
+
+def find_gaps(
+    model: TraceModel,
+    g: Graph,
+    device: int,
+    busy: tuple[F64, F64],
+    start_us: float,
+    end_us: float,
+    input_by_lane: dict[int, tuple[F64, F64]],
+    min_gap_us: float = MIN_GAP_US,
+) -> GapReport:
+    """Gaps of ``device`` (busy: its disjoint busy intervals inside the window) with causes and bubbles.
+
+    A sync's lead explains a gap's first ``charge`` µs; the rest is judged by the other rules, and the
+    cause that explains more of the gap is the one reported (the sync keeps its charge either way). The
+    rules' inputs are columns over all gaps (a trace can have tens of thousands); one loop writes them."""
+    bs, be = busy
+    lo = np.concatenate([[start_us], be])
+    hi = np.concatenate([bs, [end_us]])
+    keep = (hi - lo) >= min_gap_us
+    lo, hi = lo[keep], hi[keep]
+    leads = _Leads(g, device)
+    lead, charge = leads.charges(lo, hi)
+    rest = _rest(g, lo + charge, hi, _endings(g, device, hi), input_by_lane)
+    causes, details = _causes_after_sync(model, g, rest, _HostWork(model))
+    # the launching line is where to look unless the activity waited for something else
+    located = np.array([c is not Cause.DEPENDENCY for c in causes], dtype=np.bool_)
+    sites = call_sites(model, np.where((rest.rule != _NO_CALL) & located, rest.launch, -1))
+    synced = np.flatnonzero((lead >= 0) & (charge >= rest.share))
+    sync_sites = dict(zip(synced.tolist(), call_sites(model, g.call_event[lead[synced]]), strict=True))
+    bubbles: dict[int, float] = {}
+    for i in np.flatnonzero(lead >= 0).tolist():  # the gaps a sync's lead explains, whole or in part
+        blocking, charged = int(lead[i]), float(charge[i])
+        if i in sync_sites:
+            e = int(g.call_event[blocking])
+            detail = f"{model.name_of(e)} blocked the host {leads.waited[blocking]:.0f} us{_op(model, e)}"
+            if charged < float(hi[i]) - float(lo[i]) - 1e-6:
+                detail += f" (explains {charged:.0f} us of the gap; the rest: {causes[i].value})"
+            causes[i], details[i], sites[i] = Cause.SYNC, detail, sync_sites[i]
+        else:
+            details[i] += f" (a sync's lead explains the first {charged:.0f} us)"
+        bubbles[blocking] = bubbles.get(blocking, 0.0) + charged
+    columns = (lo.tolist(), hi.tolist(), causes, details, sites, lead.tolist(), charge.tolist())
+    gaps = tuple(map(Gap, repeat(device), *columns))
+    return GapReport(gaps, bubbles, _idle_by_cause(hi - lo, causes))
+
+
+def _idle_by_cause(idle: F64, causes: list[Cause]) -> dict[Cause, float]:
+    """Each cause's idle time: its gaps' lengths added one by one in order (a running sum, as a loop
+    over the gaps adds them: the same float to the last bit)."""
+    code = {cause: n for n, cause in enumerate(Cause)}
+    of = np.fromiter(map(code.__getitem__, causes), dtype=np.int8, count=len(causes))
+    totals = {cause: np.cumsum(idle[of == n]) for cause, n in code.items()}
+    return {cause: float(total[-1]) if len(total) else 0.0 for cause, total in totals.items()}
+
+
+def _endings(g: Graph, device: int, gap_end: F64) -> I64:
+    """The activity of ``device`` that starts as each gap ends (-1: none does)."""
+    mine = np.flatnonzero(g.act_device == device)
+    if not len(mine):
+        return np.full(len(gap_end), -1, dtype=np.int64)
+    order = mine[np.argsort(g.act_start[mine], kind="stable")]
+    starts = g.act_start[order]
+    k = starts.searchsorted(gap_end - 1e-6, side="left")
+    at = np.minimum(k, len(order) - 1)
+    return np.where((k < len(order)) & (starts[at] <= gap_end + 1e-6), order[at], -1).astype(np.int64)
+
+
+class _Leads:
+    """Blocking calls that waited for this device's work, in order of the completion they waited for."""
+
+    def __init__(self, g: Graph, device: int) -> None:
+        waited = g.waited()
+        order = np.argsort(g.call_awaited, kind="stable")
+        self.calls = [
+            c
+            for c in order[waited[order] > 0].tolist()
+            if any(g.act_device[a] == device for a in g.call_waits[c])
+        ]
+        self.done = g.call_awaited[np.array(self.calls, dtype=np.int64)]
+        self.waited = {c: float(waited[c]) for c in self.calls}
+
+    def charges(self, lo: F64, hi: F64) -> tuple[I64, F64]:
+        """Per gap (in time order): the call whose lead it is in and the µs charged to that call (-1 and
+        0.0: none). The lead is the latest call whose awaited completion came at or before the gap's
+        start; the gaps in its lead spend its budget (the time it blocked) in turn, until none is left."""
+        at = np.searchsorted(self.done, lo + 1e-6, side="right") - 1
+        lead = np.full(len(lo), -1, dtype=np.int64)
+        charge = np.zeros(len(lo))
+        budget = dict(self.waited)
+        led = np.flatnonzero(at >= 0)
+        for i, k, idle in zip(led.tolist(), at[led].tolist(), (hi - lo)[led].tolist(), strict=True):
+            call = self.calls[k]
+            if budget[call] > 0:
+                charged = min(idle, budget[call])
+                budget[call] -= charged
+                lead[i], charge[i] = call, charged
+        return lead, charge
+
+
+# the rule after sync that decides a gap's cause, in the order they are tried (see the module docstring)
+_NO_CALL, _INPUT, _WAITED, _HELD, _HOST = range(5)
+
+
+@dataclass(frozen=True)
+class _Rest:
+    """Per gap, its part ``[r0, g1]`` not explained by a sync: the rule that decides its cause and what
+    the verdict names (columns; entries a gap's rule does not use are arbitrary)."""
+
+    r0: F64
+    g1: F64
+    share: F64  # µs of the gap the rest explains
+    rule: npt.NDArray[np.int8]
+    ending: I64  # the activity that ends the gap (-1: none)
+    lane: I64  # the launching thread
+    launch: I64  # the launch call's event
+    waited_for: I64  # the first activity it waited for that completed as the gap ended
+    delay: F64  # from the launch's issue to the gap's end
+
+
+def _rest(g: Graph, r0: F64, g1: F64, ending: I64, input_by_lane: dict[int, tuple[F64, F64]]) -> _Rest:
+    """The rule after sync for each gap's part ``[r0, g1]``, tried in order: no launch call (unknown),
+    the thread was loading data for at least half of it (input), the activity waited for another
+    stream's work that completed as the gap ended (dependency), it was launched before the part began or
+    held far longer than the host took to launch it (``_held``), else the host was busy."""
+    share = np.maximum(g1 - r0, 0.0)
+    call = np.where(ending >= 0, per_call(g.act_call, ending), -1)
+    lane = np.asarray(per_call(g.call_lane, call), dtype=np.int64)
+    loading = np.zeros(len(g1), dtype=np.bool_)
+    judged = (call >= 0) & (share > 0)
+    for thread in distinct(lane[judged]).tolist():
+        in_s, in_e = input_by_lane.get(thread, intervals.NONE)
+        if len(in_s):
+            rows = np.flatnonzero(judged & (lane == thread))
+            loading[rows] = intervals.covered_in(in_s, in_e, r0[rows], g1[rows]) >= 0.5 * share[rows]
+    tol = max(_BOUND_US, g.wait_tolerance_us)
+    waited_for = np.full(len(g1), -1, dtype=np.int64)
+    left = np.flatnonzero((call >= 0) & ~loading)
+    for i, activity, end in zip(left.tolist(), ending[left].tolist(), g1[left].tolist(), strict=True):
+        for w in g.act_waits[activity]:
+            if float(g.act_end[w]) >= end - tol:
+                waited_for[i] = w
+                break
+    issued = np.where(
+        per_call(g.act_from_return, ending), per_call(g.call_end, call), per_call(g.call_start, call)
+    )
+    delay = g1 - issued
+    bound = np.asarray(per_call(g.act_bound, ending), dtype=np.float64)
+    held = (issued <= r0) | ((delay > bound) & (delay > issued - r0))
+    rule = np.where(held, _HELD, _HOST)
+    rule[waited_for >= 0] = _WAITED
+    rule[loading] = _INPUT
+    rule[call < 0] = _NO_CALL
+    launch = np.asarray(per_call(g.call_event, call), dtype=np.int64)
+    return _Rest(r0, g1, share, rule.astype(np.int8), ending, lane, launch, waited_for, delay)
+
+
+def _causes_after_sync(
+    model: TraceModel, g: Graph, rest: _Rest, work: _HostWork
+) -> tuple[list[Cause], list[str]]:
+    """Each gap's cause after sync (from ``_rest``'s rule) and the detail that says why."""
+    strings, name = model.strings, model.events.name
+    ending_name = per_call(name, np.asarray(per_call(g.act_event, rest.ending), dtype=np.int64)).tolist()
+    launch_name = per_call(name, rest.launch).tolist()
+    busy_with = work.busiest(rest.lane, rest.r0, rest.g1, rest.rule == _HOST)
+    loader = work.busiest(rest.lane, rest.r0, rest.g1, rest.rule == _INPUT, loaders_only=True)
+    held = _held(model, g, rest)
+    causes: list[Cause] = []
+    details: list[str] = []
+    for i, (rule, ending) in enumerate(zip(rest.rule.tolist(), rest.ending.tolist(), strict=True)):
+        if rule == _HOST:
+            cause, detail = Cause.HOST, f"host busy in {busy_with[i] or strings[launch_name[i]]}"
+        elif rule == _HELD:
+            cause, detail = held[i]
+        elif rule == _INPUT:
+            cause, detail = Cause.INPUT, f"host loading data ({loader[i] or 'data loading'})"
+        elif rule == _WAITED:
+            other = model.lanes[int(g.act_lane[rest.waited_for[i]])].label
+            cause, detail = Cause.DEPENDENCY, f"{strings[ending_name[i]][:80]} waited for work on {other}"
+        elif ending >= 0:
+            cause, detail = Cause.UNKNOWN, f"{strings[ending_name[i]][:80]} has no launch call in the trace"
+        else:
+            cause, detail = Cause.UNKNOWN, "no work followed"
+        causes.append(cause)
+        details.append(detail)
+    return causes, details
+
+
+def _held(model: TraceModel, g: Graph, rest: _Rest) -> dict[int, tuple[Cause, str]]:
+    """The gaps whose activity was launched before their rest began (or held far longer than the host
+    took to launch it): launch latency when the delay is plausible for this device, else whatever held it
+    (a collective's other ranks, a stream wait, a graph's order)."""
+    rows = np.flatnonzero(rest.rule == _HELD)
+    ending, launch = rest.ending[rows], rest.launch[rows]
+    call, delay = g.act_call[ending], rest.delay[rows]
+    strings, ev = model.strings, model.events
+    columns = (
+        rows.tolist(),
+        [strings[n][:80] for n in ev.name[g.act_event[ending]].tolist()],
+        [strings[n] for n in ev.name[launch].tolist()],
+        delay.tolist(),
+        (delay <= g.act_bound[ending]).tolist(),
+        g.call_after_wait[call].tolist(),
+        (ev.api[launch] == ApiKind.GRAPH_LAUNCH).tolist(),
+    )
+    verdicts: dict[int, tuple[Cause, str]] = {}
+    for i, name, launched, held_us, plausible, after_wait, graph in zip(*columns, strict=True):
+        if any(word in name.lower() for word in _COLLECTIVE_WORDS):
+            verdicts[i] = Cause.DEPENDENCY, f"{name} (a collective) waited for the other ranks"
+        elif plausible:
+            verdicts[i] = Cause.LAUNCH, f"{launched} started {held_us:.0f} us before its work ran"
+        elif after_wait:
+            detail = f"{name} launched after a stream wait: held {held_us:.0f} us waiting for another stream"
+            verdicts[i] = Cause.DEPENDENCY, detail
+        elif graph:
+            verdicts[i] = Cause.DEPENDENCY, f"{name} held {held_us:.0f} us by its graph's own order"
+        else:
+            detail = f"{name} was held {held_us:.0f} us after its launch ({launched}) by something not in the trace"
+            verdicts[i] = Cause.UNKNOWN, detail
+    return verdicts
+
+
+_COLLECTIVE_WORDS = ("nccl", "rccl", "allreduce", "all_reduce", "allgather", "reducescatter", "c10d::")
+
+
+def _op(model: TraceModel, event: int) -> str:
+    op = int(model.events.op[event])
+    return f" in {model.name_of(op)}" if op >= 0 else ""
+
+
+class _HostWork:
+    """Host ops and annotations per thread, sorted by start, to name what a thread was doing in a gap."""
+
+    _SCAN = 256  # ops starting before the gap's end that are looked at
+    _NARROW = 16  # of them, the last ones compared when the others all end before the gap
+    _CHUNK = 512  # gaps matched to their ops at a time (a matrix of _CHUNK x _SCAN)
+
+    def __init__(self, model: TraceModel) -> None:
+        self.model = model
+        ev = model.events
+        step = np.array([s.startswith("ProfilerStep#") for s in model.strings], dtype=np.bool_)
+        mask = ev.is_kind(EventKind.CPU_OP, EventKind.ANNOTATION) & ~step[ev.name]
+        idx = np.flatnonzero(mask)
+        idx = idx[group_order(ev.lane[idx])]  # by lane, then start (the table's order)
+        lanes = ev.lane[idx]
+        # each lane's ops (their events, starts, ends and kinds) as contiguous columns, each led by _SCAN
+        # blanks so that the _SCAN ops before any op are one row of a sliding window; a blank starts and
+        # ends at 0, so it overlaps no window by more than 0 and is never the one named
+        blank = np.zeros(self._SCAN)
+        self.by_lane: dict[int, tuple[I64, F64, F64, Mask]] = {}
+        for chunk in np.split(idx, np.flatnonzero(lanes[1:] != lanes[:-1]) + 1):
+            if len(chunk):
+                self.by_lane[int(ev.lane[chunk[0]])] = (
+                    np.concatenate([blank.astype(np.int64), chunk]),
+                    np.concatenate([blank, ev.ts[chunk]]),
+                    np.concatenate([blank, ev.end[chunk]]),
+                    np.concatenate([blank.astype(np.bool_), ev.kind[chunk] == EventKind.ANNOTATION]),
+                )
+
+    def busiest(self, lanes: I64, g0: F64, g1: F64, rows: Mask, loaders_only: bool = False) -> list[str]:
+        """For each gap of ``rows`` (the others get ""), the op (or, with ``loaders_only``, the
+        annotation) of its thread that overlaps ``[g0, g1]`` the most, the first of them on a tie, among
+        the ``_SCAN`` that start last before ``g1`` ("" when none overlaps it). Most gaps overlap only
+        their last few ops: where the latest end among the others is no later than the gap's start (none
+        of them can overlap it), only the last ``_NARROW`` are compared."""
+        names = [""] * len(g1)
+        for lane in distinct(lanes[rows]).tolist():
+            found = self.by_lane.get(lane)
+            if found is None:
+                continue
+            mine = np.flatnonzero(rows & (lanes == lane))
+            before = found[1][self._SCAN :].searchsorted(g1[mine], side="left")  # row k: ops k .. k+_SCAN-1
+            last = min(self._NARROW, self._SCAN)
+            others_end = window_max(found[2], self._SCAN - last, before)
+            narrow = others_end <= g0[mine]  # none of the others overlaps the gap (times are finite)
+            for width, pick in ((last, narrow), (self._SCAN, ~narrow)):
+                gaps, first = mine[pick], before[pick] + (self._SCAN - width)
+                self._name_busiest(names, found, width, gaps, first, g0, g1, loaders_only)
+        return names
+
+    def _name_busiest(
+        self,
+        names: list[str],
+        ops: tuple[I64, F64, F64, Mask],
+        width: int,
+        gaps: I64,
+        first: I64,
+        g0: F64,
+        g1: F64,
+        loaders_only: bool,
+    ) -> None:
+        """``busiest`` over the ``width`` ops from ``first`` on for each of ``gaps``, as the rows of a
+        matrix, ``_CHUNK`` gaps at a time."""
+        idx, ts, end, annotation = ops
+        window = np.lib.stride_tricks.sliding_window_view  # row k: ops k .. k+width-1
+        ts_rows, end_rows, annotation_rows = window(ts, width), window(end, width), window(annotation, width)
+        for at in range(0, len(gaps), self._CHUNK):
+            gap, k = gaps[at : at + self._CHUNK], first[at : at + self._CHUNK]
+            overlap, started = end_rows[k], ts_rows[k]  # copies, computed on in place
+            np.minimum(overlap, g1[gap, None], out=overlap)
+            np.subtract(overlap, np.maximum(started, g0[gap, None], out=started), out=overlap)
+            if loaders_only:
+                overlap[~annotation_rows[k]] = 0.0
+            best = overlap.argmax(axis=1)
+            found_op = ~(overlap[np.arange(len(k)), best] <= 0)  # not `> 0`: a NaN overlap is named
+            strings, op_names = self.model.strings, self.model.events.name[idx[k[found_op] + best[found_op]]]
+            for i, name in zip(gap[found_op].tolist(), op_names.tolist(), strict=True):
+                names[i] = strings[name]

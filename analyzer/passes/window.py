@@ -1,0 +1,149 @@
+"""The window and what the device did in it (DESIGN.md §4): the profiled steps' span, each device's busy
+and idle time, per-step figures and the summary every view leads with."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+import numpy as np
+
+from stallscope.analyzer.core import intervals
+from stallscope.analyzer.core.model import F64, TraceModel
+from stallscope.analyzer.core.names import EventKind
+from stallscope.analyzer.graph.dependency import Blocking, Graph
+
+
+class WindowBasis(str, Enum):
+    STEPS = "steps"  # first to last ProfilerStep#N span
+    TRACE = "trace"  # first to last event
+
+
+@dataclass(frozen=True)
+class Window:
+    start_us: float
+    end_us: float
+    basis: WindowBasis
+
+    @property
+    def dur_us(self) -> float:
+        return self.end_us - self.start_us
+
+
+@dataclass(frozen=True)
+class DeviceUsage:
+    id: int
+    name: str
+    busy_us: float
+    idle_us: float
+    utilization: float
+    activities: int  # kernels, copies and memsets inside the window
+
+
+@dataclass(frozen=True)
+class StepStats:
+    name: str
+    start_us: float
+    dur_us: float
+    device_busy_us: float
+    device_idle_us: float
+    host_sync_wait_us: float
+
+
+@dataclass(frozen=True)
+class Summary:
+    wall_us: float
+    device_busy_us: float
+    device_idle_us: float
+    device_utilization: float
+    host_sync_wait_us: float
+    # filled by later passes (sync classification, critical path, what-if); None until then
+    sync_count: int | None = None
+    avoidable_sync_count: int | None = None
+    critical_path_us: float | None = None
+    bottleneck: str | None = None
+    est_saving_us: float | None = None
+
+
+_NOT_WORK = (EventKind.INSTANT, EventKind.TRACE_SPAN, EventKind.OVERHEAD)
+
+
+def find_window(model: TraceModel) -> Window:
+    """First to last profiled step when the trace has ``ProfilerStep#N`` spans, else first to last event
+    (instants, the profiler's own span and its overhead records excluded)."""
+    if model.steps:
+        start = min(s.start_us for s in model.steps)
+        end = max(s.end_us for s in model.steps)
+        return Window(start, end, WindowBasis.STEPS)
+    ev = model.events
+    work = ~ev.is_kind(*_NOT_WORK)
+    if not work.any():
+        work = np.ones(len(ev), dtype=np.bool_)
+    return Window(float(ev.ts[work].min()), float(ev.end[work].max()), WindowBasis.TRACE)
+
+
+def busy_intervals(model: TraceModel, device: int, window: Window) -> tuple[F64, F64]:
+    """Disjoint busy intervals of one device (all streams), clipped to the window."""
+    ev = model.events
+    mask = ev.activity_mask() & model.device_lanes(device)[ev.lane]
+    s, e = intervals.union(ev.ts[mask], ev.end[mask])
+    return intervals.clip(s, e, window.start_us, window.end_us)
+
+
+def device_usage(model: TraceModel, window: Window) -> tuple[DeviceUsage, ...]:
+    ev = model.events
+    act = ev.activity_mask()
+    inside = act & (ev.end > window.start_us) & (ev.ts < window.end_us)
+    out = []
+    for d in model.devices:
+        s, e = busy_intervals(model, d.id, window)
+        busy = intervals.total(s, e)
+        count = int(np.count_nonzero(inside & model.device_lanes(d.id)[ev.lane]))
+        dur = window.dur_us
+        out.append(
+            DeviceUsage(d.id, d.name, busy, max(dur - busy, 0.0), busy / dur if dur > 0 else 0.0, count)
+        )
+    return tuple(out)
+
+
+def host_sync_calls(g: Graph) -> tuple[F64, F64]:
+    """Disjoint intervals of the host calls that block until device work completes (device/stream/event
+    synchronize, synchronous copies and copies to or from pageable memory, allocator syncs), while they
+    waited: a blocking call is counted whole, but a call whose awaited work had already finished (a
+    6 s ``cudaFree`` on an idle device) is the host's own time, not a wait."""
+    waited = (g.call_blocking != Blocking.NO) & (g.waited() > 0)
+    return intervals.union(g.call_start[waited], g.call_end[waited])
+
+
+def step_stats(
+    model: TraceModel, main_device: int | None, window: Window, waits: tuple[F64, F64]
+) -> tuple[StepStats, ...]:
+    if not model.steps:
+        return ()
+    lo = np.array([s.start_us for s in model.steps])
+    hi = np.array([s.end_us for s in model.steps])
+    if main_device is None:
+        busy = np.zeros(len(lo))
+    else:
+        s, e = busy_intervals(model, main_device, window)
+        busy = intervals.covered_in(s, e, lo, hi)
+    wait = intervals.covered_in(waits[0], waits[1], lo, hi)
+    return tuple(
+        StepStats(st.name, st.start_us, st.dur_us, float(b), max(st.dur_us - float(b), 0.0), float(w))
+        for st, b, w in zip(model.steps, busy, wait, strict=True)
+    )
+
+
+def summarize(
+    window: Window, devices: tuple[DeviceUsage, ...], waits: tuple[F64, F64]
+) -> tuple[int | None, Summary]:
+    main = max(devices, key=lambda d: (d.busy_us, -d.id)) if devices else None
+    ws, we = intervals.clip(waits[0], waits[1], window.start_us, window.end_us)
+    summary = Summary(
+        wall_us=window.dur_us,
+        device_busy_us=main.busy_us if main else 0.0,
+        device_idle_us=main.idle_us if main else window.dur_us,
+        device_utilization=main.utilization if main else 0.0,
+        host_sync_wait_us=intervals.total(ws, we),
+    )
+    return (main.id if main else None), summary

@@ -1,0 +1,211 @@
+"""``stallscope profile [options] script.py [args...]`` / ``-m module [args...]``: run an unmodified
+program under the collector, write a bundle, print the analyzer's verdict. Errors are raised as
+``StallscopeError`` for ``stallscope.commands.main`` to report."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from stallscope.analyzer.core.errors import StallscopeError, UsageError
+from stallscope.collector.window import DEFAULT_MAX_EVENTS
+
+_PY_SUFFIXES = (".py", ".pyw")
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.usage = "stallscope profile [options] (script.py | -m module) [args...]"
+    p.add_argument(
+        "-o", "--output", metavar="DIR", help="bundle folder (default stallscope_out/<script>-<time>)"
+    )
+    p.add_argument("-m", dest="module", action="store_true", help="run a library module as a script")
+    p.add_argument(
+        "--skip", type=int, default=5, metavar="N", help="steps to run before profiling (default 5)"
+    )
+    p.add_argument("--warmup", type=int, default=2, metavar="N", help="profiler warm-up steps (default 2)")
+    p.add_argument("--steps", type=int, default=5, metavar="N", help="steps to profile (default 5)")
+    p.add_argument(
+        "--duration",
+        type=float,
+        metavar="SECONDS",
+        help="profile the first SECONDS of the run instead of counting steps",
+    )
+    p.add_argument("--shapes", action="store_true", help="record input shapes of ops")
+    p.add_argument("--memory", action="store_true", help="record memory allocations")
+    p.add_argument(
+        "--stacks",
+        action="store_true",
+        help="record Python stacks (costly: an event per Python call; sync lines are exact without them)",
+    )
+    p.add_argument(
+        "--max-events",
+        type=int,
+        default=DEFAULT_MAX_EVENTS,
+        metavar="N",
+        help=f"event budget: profile fewer steps when a measured step shows more would exceed N events, "
+        f"or end a window without steps (whole run, --duration) at about N (default {DEFAULT_MAX_EVENTS:,}; "
+        "0: no limit)",
+    )
+    p.add_argument("--no-analyze", action="store_true", help="write the bundle, do not print the verdict")
+    p.add_argument(
+        "--upload",
+        metavar="URL",
+        help="send the bundle to a stallscope dashboard at URL (http://host:port) when the run ends",
+    )
+    p.add_argument(
+        "program", nargs=argparse.REMAINDER, help="script.py [args...] or, with -m, module [args...]"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from stallscope.collector.bundle import output_for
+    from stallscope.collector.recording import record
+    from stallscope.collector.run import run_module, run_script
+    from stallscope.collector.session import ProfileOptions, Session, require_torch
+
+    if not args.program:
+        raise UsageError("profile: give a script (script.py [args...]) or -m module [args...]")
+    target, argv = args.program[0], list(args.program[1:])
+    options = ProfileOptions(
+        args.skip,
+        args.warmup,
+        args.steps,
+        args.duration,
+        args.shapes,
+        args.memory,
+        stacks=args.stacks,
+        max_events=args.max_events,
+    )
+    options.check()
+    if args.module:
+        name, program_dir = _check_module(target), Path.cwd()
+    else:
+        name, program_dir = _check_script(target), Path(target).resolve().parent
+    options = replace(options, auto_steps=not _marks_steps(target, args.module))
+    require_torch()
+    output = output_for(args.output, name)  # under torchrun: rank<N> inside it
+
+    def say(message: str) -> None:
+        print(f"stallscope: {message}", file=sys.stderr, flush=True)
+
+    def started(session: Session) -> None:
+        for note in session.notes:
+            say(note)
+        session.on_window_closed = say
+        session.on_progress = say
+
+    def body() -> int:
+        return run_module(target, argv) if args.module else run_script(target, argv)
+
+    rec = record(body, options, output, [target, *argv], program_dir, started)
+    traced = rec.capture.trace is not None
+    if rec.capture.stepped_aside:  # said once when it happened; the program's own trace is the answer
+        print(f"  bundle    {rec.bundle}")
+        return rec.exit_code
+    _report(rec.exit_code, rec.bundle, traced, rec.capture.mode, rec.capture.steps_seen, args)
+    if args.upload and traced:
+        uploaded = _upload(rec.bundle, args.upload)
+        if not uploaded and rec.exit_code == 0:
+            return 2  # the program succeeded, stallscope's part did not
+    return rec.exit_code
+
+
+def _upload(bundle: Path, url: str) -> bool:
+    """Send the bundle to the dashboard; say where it can be seen, or why it could not be sent."""
+    from stallscope.dashboard.client import upload
+
+    try:
+        answer = upload(bundle, url)
+    except StallscopeError as exc:
+        print(f"stallscope: error: upload to {url} failed: {exc}", file=sys.stderr)
+        return False
+    print(f"  uploaded  {answer.get('url') or answer.get('id')}")
+    return True
+
+
+def _marks_steps(target: str, module: bool) -> bool:
+    """Whether the program's main file calls ``stallscope.step()`` (then root-module calls do not mark
+    steps: a decode loop's steps are its sequences, not its tokens)."""
+    path: str | None = target
+    if module:
+        spec = importlib.util.find_spec(target)
+        path = spec.origin if spec is not None else None
+    elif Path(target).is_dir():
+        path = str(Path(target) / "__main__.py")
+    try:
+        text = Path(path).read_text(errors="replace") if path else ""
+    except OSError:
+        return False
+    return "stallscope.step(" in text or "from stallscope import step" in text
+
+
+def _check_script(path: str) -> str:
+    p = Path(path)
+    if not p.exists():
+        raise UsageError(f"{path}: no such file")
+    if p.is_dir():
+        if not (p / "__main__.py").is_file():
+            raise UsageError(f"{path}: a folder without __main__.py, not a Python program")
+        return p.resolve().name
+    if p.suffix not in _PY_SUFFIXES and not _python_shebang(p):
+        raise UsageError(f"{path}: not a Python file (give a .py script, or -m module)")
+    return p.stem or p.name
+
+
+def _python_shebang(p: Path) -> bool:
+    try:
+        with p.open("rb") as f:
+            first = f.readline(200)
+    except OSError as exc:
+        raise UsageError(f"{p}: cannot read ({exc.strerror or exc})") from None
+    return first.startswith(b"#!") and b"python" in first
+
+
+def _check_module(name: str) -> str:
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError) as exc:
+        raise UsageError(f"-m {name}: cannot find the module ({exc})") from None
+    if spec is None:
+        raise UsageError(f"-m {name}: no module named {name!r}")
+    return name.rsplit(".", 1)[-1]
+
+
+def _report(code: int, bundle: Path, traced: bool, mode: str, steps: int, args: argparse.Namespace) -> None:
+    """After the run: what was captured, the verdict, the bundle and the next command."""
+
+    def say(msg: str) -> None:
+        print(f"stallscope: {msg}", file=sys.stderr)
+
+    if code in (129, 130, 143):  # SIGHUP, SIGINT, SIGTERM
+        say("interrupted: the bundle holds what ran until then")
+    if not traced:
+        say(
+            f"the run made {steps} step(s), too few to reach the window (--skip {args.skip} + --warmup "
+            f"{args.warmup}, after the first step, or the first two with an optimizer): nothing was traced "
+            "(step timing is in the sidecar); try --skip 0 --warmup 0"
+        )
+    elif mode == "whole_run":
+        say(
+            "no steps seen (no optimizer.step() or stallscope.step()): profiled the whole run from its "
+            "first torch call (imports are not profiled)"
+        )
+    sys.stdout.flush()
+    if traced and not args.no_analyze:
+        _analyze(bundle)
+    print(f"  bundle    {bundle}")
+    if traced:
+        print(f"  next      stallscope report {bundle}")
+
+
+def _analyze(bundle: Path) -> None:
+    from stallscope.analysing import load_and_analyse
+    from stallscope.render.summary import render
+
+    try:  # under the watchdog, as `stallscope analyze`
+        print(render(load_and_analyse(str(bundle), None, use_cache=False)))
+    except StallscopeError as exc:  # the program's exit code stands; the analysis is extra
+        print(f"stallscope: could not analyse the bundle: {exc}", file=sys.stderr)

@@ -1,0 +1,47 @@
+"""``stallscope upload``: send a trace or bundle to a running dashboard, and with ``--wait`` print the
+headline numbers of its analysis."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", help="trace (.json, .json.gz), zip/tar bundle, or a bundle folder")
+    p.add_argument(
+        "--to", required=True, metavar="ADDR", help="the dashboard: 127.0.0.1:8050 or http://host:port"
+    )
+    p.add_argument("--tag", action="append", default=[], help="tag the upload (repeatable)")
+    p.add_argument("--wait", action="store_true", help="wait for the analysis and print its headline numbers")
+
+
+def run(args: argparse.Namespace) -> int:
+    from stallscope.dashboard import client
+
+    answer = client.upload(args.file, args.to, tags=tuple(args.tag))
+    print(f"uploaded {args.file}: {answer.get('url')}")
+    if args.wait:
+        entry = client.wait(str(answer["id"]), args.to)
+        if entry.get("status") != "ready":
+            raise client.UploadError(
+                f"analysis {entry.get('status')}: {entry.get('error') or 'no reason given'}"
+            )
+        print(f"  {wait_summary(entry.get('summary') or {})}")
+    return 0
+
+
+def wait_summary(s: dict[str, Any]) -> str:
+    """The one line ``upload --wait`` prints from the dashboard's headline numbers; a CPU-only trace says
+    so instead of "host-bound, GPU utilization 0.0%" (``stallscope.dashboard.headline``, as the pages)."""
+    from stallscope.dashboard.headline import CPU_ONLY, bottleneck_text, utilization_text
+
+    verdict = (
+        CPU_ONLY
+        if s.get("cpu_only")
+        else f"{bottleneck_text(s)}-bound, GPU utilization {utilization_text(s)}"
+    )
+    return (
+        f"{verdict}, {s.get('avoidable_sync_count') or 0} avoidable syncs, "
+        f"est. saving {(s.get('best_saving_us', s.get('est_saving_us')) or 0) / 1000:.2f} ms"
+    )
