@@ -294,7 +294,11 @@ def main() -> int:
     p.add_argument("--events", type=int, default=1_000_000)
     p.add_argument("--repeat", type=int, default=1, help="runs per measurement; the fastest is kept")
     p.add_argument("--skip-hta", action="store_true", help="measure stallscope only")
-    p.add_argument("--write-results", action="store_true", help="append the table to benchmarks/RESULTS.md")
+    p.add_argument(
+        "--write-results",
+        action="store_true",
+        help="also print a heading (command, machine) for the table, to paste into docs/performance.md",
+    )
     a = p.parse_args()
     if not a.source.exists():
         print(f"bench_load: {a.source}: not found (the benchmark needs ../shared/traces)", file=sys.stderr)
@@ -310,10 +314,9 @@ def main() -> int:
     if a.write_results:
         machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
         hta = results.get("HTA TraceAnalysis", {})
-        with (HERE / "RESULTS.md").open("a") as f:
-            f.write(f"\n## bench_load.py --source {a.source.name} --events {a.events} --repeat {a.repeat}")
-            f.write(f" ({machine}")
-            f.write(f", HTA {hta.get('version', '-')})\n\n{text}\n")
+        print("\nTo paste into docs/performance.md (replacing the table there):\n")
+        print(f"bench_load.py --source {a.source.name} --events {a.events} --repeat {a.repeat}", end="")
+        print(f" ({machine}, HTA {hta.get('version', '-')})\n\n{text}")
     return 0
 
 

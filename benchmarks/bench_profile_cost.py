@@ -11,7 +11,7 @@ Configurations, each a fresh process (peak RSS from ``os.wait4``):
 - ``after``: this checkout's ``stallscope profile --no-analyze`` with its defaults;
 - ``after --stacks --max-events 0``: this checkout with Python stacks and no budget.
 
-Prints a Markdown table for benchmarks/RESULTS.md.
+Prints a Markdown table for docs/performance.md.
 """
 
 from __future__ import annotations

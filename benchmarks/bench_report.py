@@ -149,7 +149,11 @@ def main() -> int:
     p.add_argument("--source", type=Path, default=DEFAULT_SOURCE)
     p.add_argument("--events", type=int, default=1_000_000)
     p.add_argument("--repeat", type=int, default=3, help="fresh browsers per page; the median is kept")
-    p.add_argument("--write-results", action="store_true", help="append the table to benchmarks/RESULTS.md")
+    p.add_argument(
+        "--write-results",
+        action="store_true",
+        help="also print a heading (command, machine) for the table, to paste into docs/performance.md",
+    )
     a = p.parse_args()
     if not a.source.exists():
         print(f"bench_report: {a.source}: not found (the benchmark needs ../shared/traces)", file=sys.stderr)
@@ -169,9 +173,9 @@ def main() -> int:
     if a.write_results:
         machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
         load = os.getloadavg()[0]
-        with (HERE / "RESULTS.md").open("a") as out:
-            out.write(f"\n## bench_report.py --events {a.events} --repeat {a.repeat} ({machine}")
-            out.write(f", load average {load:.1f} at the end)\n\n{text}\n")
+        print("\nTo paste into docs/performance.md (replacing the table there):\n")
+        print(f"bench_report.py --events {a.events} --repeat {a.repeat} ({machine}", end="")
+        print(f", load average {load:.1f} at the end)\n\n{text}")
     return 0
 
 

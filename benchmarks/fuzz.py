@@ -10,7 +10,7 @@ their JSON must be identical and their peak memory within ``300 MB + 30 x`` the 
 
 An input that breaks the contract is saved to ``tests/corpus/`` (``fuzz-<class>-<hash>``), where
 ``tests/test_corpus.py`` makes it a regression test. The summary per class is printed as a Markdown table
-for ``benchmarks/RESULTS.md``.
+for ``docs/performance.md``.
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ BOUND_PER_MB_S = 4.0
 
 @dataclass(frozen=True)
 class Case:
-    kind: str  # the generator or mutation class (RESULTS.md counts per class)
+    kind: str  # the generator or mutation class (docs/performance.md counts per class)
     name: str  # file name (its suffix picks gzip)
     data: bytes
 
