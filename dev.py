@@ -2,7 +2,7 @@
 """Set up and run stallscope's developer tasks with nothing but Python 3.10+ and pip.
 
     python3 dev.py demo    set up .venv, profile examples/item_logging.py, print the verdict, write a report
-    python3 dev.py test    set up .venv, then lint (ruff, mypy --strict) and run the test suite
+    python3 dev.py test    set up .venv, then lint (ruff, mypy --strict, lint-imports) and run the test suite
     python3 dev.py lint    lint only
     python3 dev.py bench   benchmarks/bench_load.py (installs HolisticTraceAnalysis in its own venv)
 
@@ -51,13 +51,13 @@ def setup() -> None:
     STAMP.write_text(want)
 
 
-def link_tree() -> Path:
+def link_tree(root: Path = ROOT) -> Path:
     """Lay out the installed import names for the tools that cannot follow pyproject's package-dir (mypy,
     import-linter): .typecheck/stallscope/ holds the front's files and the three component folders as
     real folders of links to the source files (import-linter does not walk linked folders)."""
-    top = ROOT / ".typecheck"
+    top = root / ".typecheck"
     shutil.rmtree(top, ignore_errors=True)
-    for name, folder in [("", ROOT / "stallscope"), *((c, ROOT / c) for c in COMPONENTS)]:
+    for name, folder in [("", root / "stallscope"), *((c, root / c) for c in COMPONENTS)]:
         for source in folder.rglob("*.py"):
             rel = source.relative_to(folder)
             if name == "" and rel.parts[0] in COMPONENTS:

@@ -35,20 +35,28 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(1, str(ROOT))  # dev.py
 
 from bench_load import DEFAULT_SOURCE, tiled_trace  # noqa: E402
 
 CHILD = r"""
 import json, resource, sys, time
 from pathlib import Path
-import stallscope.analyzer
-from stallscope.analyzer.analysis import analyze_model
-from stallscope.analyzer.load.loader import load_file
-from stallscope.analyzer.document.encoding import encode_json
-try:
+try:  # one import name, the analyzer in layers
+    import stallscope.analyzer as analyzer
+    from stallscope.analyzer.analysis import analyze_model
+    from stallscope.analyzer.load.loader import load_file
+    from stallscope.analyzer.document.encoding import encode_json
     from stallscope.analyzer.document.analysis import encoded_document
-except ImportError:  # a --baseline revision from before it
-    from stallscope.analyzer.document.analysis import to_json as encoded_document
+except ImportError:  # a --baseline revision from before them (top-level analyzer)
+    import analyzer
+    from analyzer.analysis import analyze_model
+    from analyzer.loader import load_file
+    from analyzer.output import encode_json
+    try:
+        from analyzer.output import encoded_document
+    except ImportError:
+        from analyzer.output import to_json as encoded_document
 try:  # the process settings of the commands (``stallscope.analysing``), each as far as a revision has it
     from stallscope.allocator import keep_freed_memory
     keep_freed_memory()
@@ -74,7 +82,7 @@ doc = encoded_document(result)
 del result, model
 encode_json(doc)
 stage("")
-print(json.dumps({"events": events, "times": times, "cpu": cpu, "analyzer": stallscope.analyzer.__file__,
+print(json.dumps({"events": events, "times": times, "cpu": cpu, "analyzer": analyzer.__file__,
                   "bottleneck": bottleneck,
                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   "system_s": resource.getrusage(resource.RUSAGE_SELF).ru_stime}))
@@ -102,11 +110,22 @@ class Tree:
     cache: Path  # XDG_CACHE_HOME of its children (--warm)
 
 
+def import_root(root: Path) -> Path:
+    """Where a child imports ``root``'s code from: a tree installed as one import name (pyproject's
+    package-dir) through its tree of links (``dev.link_tree``), an older one from its root."""
+    if "package-dir" not in (root / "pyproject.toml").read_text():
+        return root
+    from dev import link_tree
+
+    return link_tree(root)
+
+
 def run_child(tree: Tree, trace: Path, warm: bool, clock: str = "wall") -> dict[str, Any]:
-    """One child process in ``tree`` (its working directory comes first on ``sys.path``)."""
-    env = {**os.environ, "XDG_CACHE_HOME": str(tree.cache), "PYTHONPATH": str(tree.root)}
+    """One child process in ``tree`` (its import root comes first on ``sys.path``)."""
+    where = import_root(tree.root)
+    env = {**os.environ, "XDG_CACHE_HOME": str(tree.cache), "PYTHONPATH": str(where)}
     args = [sys.executable, "-c", CHILD, str(trace), "warm" if warm else "cold"]
-    done = subprocess.run(args, capture_output=True, text=True, env=env, cwd=tree.root, check=False)
+    done = subprocess.run(args, capture_output=True, text=True, env=env, cwd=where, check=False)
     if done.returncode != 0:
         raise SystemExit(f"benchmark child failed in {tree.root}:\n{done.stderr[-3000:]}")
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
