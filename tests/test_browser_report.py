@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 from _browser import Browser, png_stats, start_browser
+from synth import library as sc
+from synth.trace import Scenario
 
 from stallscope.analyzer.analysis import Analysis, analyze
 from stallscope.analyzer.loader import load
-from stallscope.collector import scenarios as sc
-from stallscope.collector.scenario import Scenario
 from stallscope.dashboard import report
 
 DRAWN = "return document.body && document.body.getAttribute('data-drawn') === 'all'"

@@ -1,5 +1,5 @@
 """Golden tests of the analyzer core (graph, critical path, gaps, what-if replay, pipeline model) against the
-scenario builder's simulated ground truth (``stallscope.collector.scenarios``, ``sample_traces/expected.json``), and
+scenario builder's simulated ground truth (``tests/synth/library.py``, ``sample_traces/expected.json``), and
 sanity checks on the real traces in ``../shared/traces`` (skipped when absent)."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from synth import library as sc
 
 from stallscope.analyzer import load
 from stallscope.analyzer.analysis import Analysis, Options, analyze, analyze_model
@@ -22,7 +23,6 @@ from stallscope.analyzer.graph_check import check_graph
 from stallscope.analyzer.inputs import input_intervals, main_thread
 from stallscope.analyzer.model import TraceModel
 from stallscope.analyzer.replay import Costs, Scenario, make_frame, recorded_end, replay
-from stallscope.collector import scenarios as sc
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
 EXPECTED: dict[str, Any] = json.loads((SAMPLES / "expected.json").read_text())

@@ -16,13 +16,13 @@ import pytest
 from _replay_reference import reference_replay, same_bits
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from synth.trace import Scenario
 
 from stallscope.analyzer import intervals, load
 from stallscope.analyzer.analysis import Analysis, Options, analyze, busy_intervals
 from stallscope.analyzer.graph_check import check_graph
 from stallscope.analyzer.inputs import input_intervals, main_thread
 from stallscope.analyzer.replay import Costs, make_frame, recorded_end, replay, replay_ends, replay_many
-from stallscope.collector.scenario import Scenario
 
 SYNCS = ("none", "device", "stream", "item", "pageable", "event")
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from synth.trace import Scenario
 
 from stallscope.analyzer import load
 from stallscope.analyzer.analysis import find_window
@@ -18,7 +19,6 @@ from stallscope.analyzer.critical import State, _first_state, _Walk
 from stallscope.analyzer.graph import Graph, build_graph
 from stallscope.analyzer.inputs import input_intervals, main_thread
 from stallscope.analyzer.model import F64, TraceModel
-from stallscope.collector.scenario import Scenario
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
 

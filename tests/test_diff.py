@@ -13,14 +13,14 @@ from typing import Any
 
 import pytest
 from _kineto import REPO
+from synth.library import GEMM, ITEM_FRAME
+from synth.trace import Scenario
 
 from stallscope.analyzer.analysis import analyze
 from stallscope.analyzer.diff import compare, gate, side_of
 from stallscope.analyzer.loader import load
 from stallscope.analyzer.output import to_json
 from stallscope.cli import main
-from stallscope.collector.scenario import Scenario
-from stallscope.collector.scenarios import GEMM, ITEM_FRAME
 
 SITE = "train.py:42 in train_step"
 HOSTILE_KERNEL = "<script>alert('k')</script>_gemm"

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 from _kineto import SAMPLES
+from synth import library as S
+from synth.trace import Scenario
 
 from stallscope.analyzer import load
 from stallscope.analyzer.analysis import Analysis, analyze
 from stallscope.analyzer.findings import Finding, Severity
 from stallscope.analyzer.findings_device import RULES
 from stallscope.analyzer.syncs import SyncKind
-from stallscope.collector import scenarios as S
-from stallscope.collector.scenario import Scenario
 
 
 def analysed(sc: Scenario, tmp_path: Path) -> Analysis:

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 from _kineto import SAMPLES
+from synth import library as sc
+from synth.trace import Scenario
 
 from stallscope.analyzer import load
 from stallscope.analyzer.analysis import Analysis, analyze, analyze_model
@@ -18,8 +20,6 @@ from stallscope.analyzer.findings_streams import (
     streams_never_overlapped,
     unsynchronized_pinned_readback,
 )
-from stallscope.collector import scenarios as sc
-from stallscope.collector.scenario import Scenario
 
 Rule = Callable[[Analysis], list[Finding]]
 SAMPLE_TRACES = sorted(p.name for p in SAMPLES.glob("*.pt.trace.json.gz"))

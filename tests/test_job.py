@@ -6,6 +6,7 @@ import statistics
 from pathlib import Path
 
 import pytest
+from synth.job import JobTruth, Plant, build_job
 
 from stallscope.analyzer.critical import Kind
 from stallscope.analyzer.errors import TraceError
@@ -16,7 +17,6 @@ from stallscope.analyzer.job.result import JobAnalysis
 from stallscope.analyzer.job.stragglers import MIN_LATE_US
 from stallscope.analyzer.job.tables import RankTable
 from stallscope.analyzer.job.verdict import analyze_job
-from stallscope.collector.scenario_job import JobTruth, Plant, build_job
 
 WORLD = 4
 STEPS = 5

@@ -8,10 +8,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from synth.job import Plant, build_job
 
 from stallscope.analyzer.job.execute import Execution
 from stallscope.cli import main
-from stallscope.collector.scenario_job import Plant, build_job
 from stallscope.dashboard import report
 from stallscope.jobs import load_and_analyse_job
 

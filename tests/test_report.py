@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from synth import library as sc
+from synth.trace import Scenario
 
 from stallscope.analyzer.analysis import Analysis, analyze
 from stallscope.analyzer.loader import load
 from stallscope.analyzer.output import to_json
-from stallscope.collector import scenarios as sc
-from stallscope.collector.scenario import Scenario
 from stallscope.dashboard import report
 
 HOSTILE_KERNEL = "</script><script>alert('kernel')</script>"

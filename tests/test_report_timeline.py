@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from synth import library as sc
+from synth.trace import Scenario
 
 from stallscope.analyzer.analysis import Analysis, analyze
 from stallscope.analyzer.loader import load
-from stallscope.collector import scenarios as sc
-from stallscope.collector.scenario import Scenario
 from stallscope.dashboard.timeline import RowKind, extract, figure, lod
 
 

@@ -1,4 +1,4 @@
-"""Discrete-event model behind the synthetic Kineto trace builder (see ``stallscope.collector.scenario``).
+"""Discrete-event model behind the synthetic Kineto trace builder (see ``synth.trace``).
 
 A script of host work, launches, copies and syncs is simulated eagerly: every call computes its own times from
 the host thread's clock and the device streams' state, so the model is deterministic and needs no event queue.
@@ -253,7 +253,7 @@ def union_length(intervals: list[tuple[float, float]]) -> float:
 
 
 class ScenarioModel:
-    """The simulation state and its raw event records; ``stallscope.collector.scenario.Scenario`` adds the script API."""
+    """The simulation state and its raw event records; ``synth.trace.Scenario`` adds the script API."""
 
     def __init__(self, *, pid: int, tid: int, device: int, costs: Costs, whatif: WhatIf) -> None:
         self.pid = pid

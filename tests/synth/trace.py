@@ -6,7 +6,7 @@ python_function spans, cuda_runtime calls with ``ac2g`` flows, kernel / gpu_memc
 device records, metadata). ``Scenario.write`` produces a ``.json`` or ``.json.gz`` document; the simulated
 ground truth (window, busy time, steps, syncs, critical path, pipeline figures) is exposed for tests.
 
-Ready-made scenarios and their answers as JSON live in ``stallscope.collector.scenarios``. Pure stdlib.
+Ready-made scenarios and their answers as JSON live in ``synth.library``. Pure stdlib.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
-from stallscope.collector.scenario_model import (
+from synth.simulation import (
     Activity,
     CallSite,
     Costs,

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from stallscope.collector.scenario import (
+from synth.simulation import Gap, JsonDict, SyncTruth
+from synth.trace import (
     DATALOADER_SPAN,
     CallSite,
     Costs,
@@ -15,7 +16,6 @@ from stallscope.collector.scenario import (
     WhatIf,
     _num,
 )
-from stallscope.collector.scenario_model import Gap, JsonDict, SyncTruth
 
 __all__ = [
     "DATALOADER_SPAN",

@@ -21,7 +21,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stallscope.collector.scenario import Scenario
+from synth.trace import Scenario
 
 COMM_STREAM = 20
 TRANSFER_US = 150.0

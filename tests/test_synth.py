@@ -1,4 +1,4 @@
-"""Tests of the synthetic Kineto trace builder (stallscope.collector.scenario).
+"""Tests of the synthetic Kineto trace builder (``tests/synth``).
 
 The written JSON is parsed with the stdlib and checked against the simulated timings; no analyzer import.
 """
@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from stallscope.collector import scenarios as sc
-from stallscope.collector.scenario import Costs, Scenario, SyncKind, WhatIf
+from synth import library as sc
+from synth.trace import Costs, Scenario, SyncKind, WhatIf
 
 BASE = 1_700_000_000_000
 SAMPLES_DIR = Path(__file__).resolve().parent.parent / "sample_traces"
