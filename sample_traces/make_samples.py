@@ -2,7 +2,7 @@
 
     python sample_traces/make_samples.py
 
-writes, next to this file, one ``<name>.pt.trace.json.gz`` per scenario of ``tests/synth/library.py``,
+writes, next to this file, one ``<name>.pt.trace.json.gz`` per ready-made trace of ``tests/synth/library.py``,
 ``expected.json`` (the simulated ground truth, keyed by file name) and ``EXPECTED.md`` (the same, for people).
 Running it twice produces byte-identical files.
 """
@@ -22,15 +22,15 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 
 from synth import library as sc  # noqa: E402
 
-Build = Callable[[sc.WhatIf], sc.Scenario]
+Build = Callable[[sc.WhatIfKnobs], sc.SynthTrace]
 
 #: file name -> (builder taking the what-if knobs, the parameters it was built with, one-line description)
 Sample = tuple[Build, dict[str, Any], str]
 
 
-def _sample(scenario: Callable[..., sc.Scenario], params: dict[str, Any], about: str) -> Sample:
+def _sample(make: Callable[..., sc.SynthTrace], params: dict[str, Any], about: str) -> Sample:
     """The parameters are recorded exactly as they are passed: one source for both."""
-    return (lambda w: scenario(**params, whatif=w)), params, about
+    return (lambda w: make(**params, whatif=w)), params, about
 
 
 SAMPLES: dict[str, Sample] = {
@@ -65,7 +65,7 @@ SAMPLES: dict[str, Sample] = {
         "x.to('cuda', non_blocking=True) from pageable memory every step: a sync in disguise.",
     ),
     "input_bound.pt.trace.json.gz": _sample(
-        sc.input_bound,
+        sc.input_bound_loop,
         {"steps": 4, "load_us": 3000, "copy_us": 100, "kernel_us": 300},
         "3 ms of single-process data loading per step for 1 ms of device work: input-bound.",
     ),
@@ -84,12 +84,12 @@ SAMPLES: dict[str, Sample] = {
 
 def expected_for(build: Build, params: dict[str, Any], about: str) -> dict[str, Any]:
     """Ground truth of one sample: the baseline simulation plus each what-if re-simulation."""
-    scenario = build(sc.WhatIf())
-    truth = sc.ground_truth(scenario)
+    trace = build(sc.WhatIfKnobs())
+    truth = sc.ground_truth(trace)
     truth = {"about": about, "params": params, **truth, "whatif": sc.whatif_table(build)}
-    if scenario.name.startswith("worked_example"):
+    if trace.name.startswith("worked_example"):
         p, g, n = params["prep_ms"] * 1000, params["gpu_ms"] * 1000, params["batches"]
-        ideal = sc.Pipeline.of(p, g, n)
+        ideal = sc.PipelineFigures.of(p, g, n)
         truth["pipeline_ideal"] = {
             "host_prep_us": p,
             "device_us": g,
@@ -186,7 +186,7 @@ cudaEventRecord/cudaStreamWaitEvent 2 µs, op enter/exit 1 µs each.
 def main() -> int:
     expected: dict[str, dict[str, Any]] = {}
     for name, (build, params, about) in SAMPLES.items():
-        build(sc.WhatIf()).write(HERE / name)
+        build(sc.WhatIfKnobs()).write(HERE / name)
         expected[name] = expected_for(build, params, about)
     (HERE / "expected.json").write_text(json.dumps(expected, indent=1) + "\n")
     (HERE / "EXPECTED.md").write_text(markdown(expected))

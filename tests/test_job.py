@@ -1,4 +1,4 @@
-"""Whole jobs: scenario-built ranks with planted stragglers and clock offsets, matched and explained."""
+"""Whole jobs: synthetic ranks with planted stragglers and clock offsets, matched and explained."""
 
 from __future__ import annotations
 
