@@ -8,11 +8,11 @@ import os
 import subprocess
 import sys
 import textwrap
-import tomllib
 import venv
 from pathlib import Path
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_traces" / "worked_example_serial.pt.trace.json.gz"
@@ -80,7 +80,19 @@ def test_a_profiled_program_imports_its_own_packages_of_our_folder_names(users_f
     # GIVEN a program that imports its own analyzer, collector and dashboard
     # WHEN stallscope profiles it from its folder
     proc = subprocess.run(
-        [sys.executable, "-m", "stallscope", "profile", "-o", "out", "--skip", "0", "--steps", "2", "train.py"],
+        [
+            sys.executable,
+            "-m",
+            "stallscope",
+            "profile",
+            "-o",
+            "out",
+            "--skip",
+            "0",
+            "--steps",
+            "2",
+            "train.py",
+        ],
         cwd=users_folder,
         env=_env(),
         capture_output=True,
@@ -139,7 +151,9 @@ def test_pip_install_adds_only_stallscope(tmp_path: Path) -> None:
     assert [a for a in added if a.endswith(".dist-info")] == [a for a in added if a.startswith("stallscope-")]
     installed = site / "stallscope"
     assert (installed / "py.typed").is_file()
-    assert sorted(p.name for p in installed.iterdir() if p.is_dir() and p.name in COMPONENTS) == list(COMPONENTS)
+    assert sorted(p.name for p in installed.iterdir() if p.is_dir() and p.name in COMPONENTS) == list(
+        COMPONENTS
+    )
     assert (installed / "dashboard" / "templates" / "report.html.j2").is_file()
     # AND that tree analyses and renders a report, read from the install, not from this checkout
     script = textwrap.dedent(
@@ -153,6 +167,8 @@ def test_pip_install_adds_only_stallscope(tmp_path: Path) -> None:
         sys.exit(main(["report", {str(SAMPLE)!r}, "-o", {str(tmp_path / "r.html")!r}, "--no-cache"]))
         """
     )
-    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr
     assert "worked_example_serial" in (tmp_path / "r.html").read_text()
