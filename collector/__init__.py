@@ -1,1 +1,1 @@
-"""Collector: runs a workload under torch.profiler and writes a trace bundle; synthetic traces too."""
+"""Collector: runs a workload under torch.profiler and writes a trace bundle."""

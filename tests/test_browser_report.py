@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 from _browser import Browser, png_stats, start_browser
+from synth import library as sc
+from synth.trace import SynthTrace
 
 from stallscope.analyzer.analysis import Analysis, analyze
 from stallscope.analyzer.load.loader import load
-from stallscope.collector import scenarios as sc
-from stallscope.collector.scenario import Scenario
 from stallscope.dashboard import report
 
 DRAWN = "return document.body && document.body.getAttribute('data-drawn') === 'all'"
@@ -35,7 +35,7 @@ def write_report(a: Analysis, path: Path) -> Path:
     return path
 
 
-def analysed(s: Scenario, tmp_path: Path) -> Analysis:
+def analysed(s: SynthTrace, tmp_path: Path) -> Analysis:
     return analyze(load(s.write(tmp_path / f"{s.name}.pt.trace.json.gz"), use_cache=False))
 
 
@@ -58,7 +58,7 @@ def check_drawn(browser: Browser, page: Path, shot: Path) -> None:
     assert stats.colours > 40 and stats.non_background > 0.05, stats
 
 
-def test_scenario_report_draws_and_its_sync_table_sorts(browser: Browser, tmp_path: Path) -> None:
+def test_synthetic_trace_report_draws_and_its_sync_table_sorts(browser: Browser, tmp_path: Path) -> None:
     a = analysed(sc.item_in_loop(steps=4), tmp_path)
     page = write_report(a, tmp_path / "item.html")
     check_drawn(browser, page, tmp_path / "item.png")
@@ -97,7 +97,7 @@ def test_real_trace_report_draws(browser: Browser, shared_traces: Path, tmp_path
 
 
 def test_hostile_names_render_as_text_and_run_nothing(browser: Browser, tmp_path: Path) -> None:
-    s = Scenario("hostile")
+    s = SynthTrace("hostile")
     with s.py_frame(f"x{HOSTILE[0]}.py", 3, HOSTILE[2]):  # a frame name may not start with "<"
         for _ in range(2):
             with s.step():

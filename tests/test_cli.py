@@ -1,6 +1,6 @@
 """``stallscope analyze`` in-process (``main(argv)``) and as a subprocess, on the committed sample traces.
 
-The sample traces are simulated (``stallscope.collector.scenario``); ``sample_traces/expected.json`` holds their
+The sample traces are simulated (``tests/synth``); ``sample_traces/expected.json`` holds their
 ground truth, and window and device busy time are exact there.
 """
 

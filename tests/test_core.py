@@ -1,5 +1,5 @@
 """Golden tests of the analyzer core (graph, critical path, gaps, what-if replay, pipeline model) against the
-scenario builder's simulated ground truth (``stallscope.collector.scenarios``, ``sample_traces/expected.json``), and
+synthetic trace builder's simulated ground truth (``tests/synth/library.py``, ``sample_traces/expected.json``), and
 sanity checks on the real traces in ``../shared/traces`` (skipped when absent)."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from synth import library as sc
 
 from stallscope.analyzer.analysis import Analysis, analyze, analyze_model
 from stallscope.analyzer.core.model import TraceModel
@@ -23,14 +24,13 @@ from stallscope.analyzer.load.loader import load
 from stallscope.analyzer.passes.critical import Kind
 from stallscope.analyzer.passes.gaps import Cause
 from stallscope.analyzer.passes.replay import Costs, Scenario, make_frame, recorded_end, replay
-from stallscope.collector import scenarios as sc
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
 EXPECTED: dict[str, Any] = json.loads((SAMPLES / "expected.json").read_text())
 MS = 1000.0
 
 
-def analysed(s: sc.Scenario, tmp_path: Path, options: Options | None = None) -> Analysis:
+def analysed(s: sc.SynthTrace, tmp_path: Path, options: Options | None = None) -> Analysis:
     """Write the builder's trace, load it back and analyse it."""
     return analyze(load(s.write(tmp_path / f"{s.name}.pt.trace.json.gz")), options=options)
 
@@ -151,7 +151,7 @@ def test_slow_host_prep_reads_as_host(tmp_path: Path) -> None:
 
 def test_input_bound_reads_as_input(tmp_path: Path) -> None:
     # GIVEN 3 ms of data loading per step for 1 ms of device work
-    a = analysed(sc.input_bound(), tmp_path)
+    a = analysed(sc.input_bound_loop(), tmp_path)
     assert a.critical is not None
     # WHEN analysed THEN the device idle is charged to input, and input dominates the critical path
     assert {gap.cause for gap in a.gaps} == {Cause.INPUT}

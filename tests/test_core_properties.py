@@ -16,6 +16,7 @@ import pytest
 from _replay_reference import reference_replay, same_bits
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from synth.trace import SynthTrace
 
 from stallscope.analyzer.analysis import Analysis, analyze
 from stallscope.analyzer.core import intervals
@@ -32,7 +33,6 @@ from stallscope.analyzer.passes.replay import (
     replay_many,
 )
 from stallscope.analyzer.passes.window import busy_intervals
-from stallscope.collector.scenario import Scenario
 
 SYNCS = ("none", "device", "stream", "item", "pageable", "event")
 
@@ -60,10 +60,10 @@ steps_strategy = st.lists(
 )
 
 
-def build(steps: list[Step], final_sync: bool) -> Scenario:
+def build(steps: list[Step], final_sync: bool) -> SynthTrace:
     """A loop of profiled steps: optional loading, host prep, a side-stream copy the compute stream waits on,
     kernels, and one of several syncs."""
-    sc = Scenario("random")
+    sc = SynthTrace("random")
     with sc.py_frame("train.py", 10, "main"):
         for i, s in enumerate(steps):
             with sc.step(), sc.py_frame("train.py", 30, "train_step"):
@@ -93,7 +93,7 @@ def build(steps: list[Step], final_sync: bool) -> Scenario:
     return sc
 
 
-def analysed(sc: Scenario, min_gap_us: float = 0.0) -> Analysis:
+def analysed(sc: SynthTrace, min_gap_us: float = 0.0) -> Analysis:
     with TemporaryDirectory() as tmp:
         path = sc.write(Path(tmp) / "random.pt.trace.json.gz")
         return analyze(load(path), options=Options(min_gap_us=min_gap_us))

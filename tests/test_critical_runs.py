@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from synth.trace import SynthTrace
 
 from stallscope.analyzer.core.model import F64, TraceModel
 from stallscope.analyzer.graph.dependency import Graph, build_graph
@@ -18,7 +19,6 @@ from stallscope.analyzer.graph.inputs import input_intervals, main_thread
 from stallscope.analyzer.load.loader import load
 from stallscope.analyzer.passes.critical import State, _first_state, _Walk
 from stallscope.analyzer.passes.window import find_window
-from stallscope.collector.scenario import Scenario
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
 
@@ -118,7 +118,7 @@ class Spy(_Walk):
 def test_a_cycle_met_inside_a_run_of_host_steps(tmp_path: Path) -> None:
     # GIVEN a thread of 7 calls, each launching a kernel: call 0, then calls 1-6 zero-length at one time;
     # call 1 waits for call 5's kernel (an edge back in time), call 3's kernel runs past the window's end
-    sc = Scenario("cycle")
+    sc = SynthTrace("cycle")
     for _ in range(7):
         sc.launch("k", 5.0)
     model = load(sc.write(tmp_path / "cycle.pt.trace.json.gz")).models[0]

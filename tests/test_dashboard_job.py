@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from synth.job import Plant, build_job
 
-from stallscope.collector.scenario_job import Plant, build_job
 from stallscope.dashboard.pages import job as job_page
 from stallscope.dashboard.pages import render
 from stallscope.dashboard.services import Services

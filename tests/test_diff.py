@@ -1,4 +1,4 @@
-"""``stallscope diff A B`` and ``check --baseline``: before/after pairs built with the scenario simulator
+"""``stallscope diff A B`` and ``check --baseline``: before/after pairs built with the synthetic trace builder
 (known windows, steps and syncs), compared in-process, on the figures each side's own analysis computed."""
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 from _kineto import REPO
+from synth.library import GEMM, ITEM_FRAME
+from synth.trace import SynthTrace
 
 from stallscope.analyzer.analysis import analyze
 from stallscope.analyzer.document.analysis import to_json
 from stallscope.analyzer.document.diff import compare, gate, side_of
 from stallscope.analyzer.load.loader import load
-from stallscope.collector.scenario import Scenario
-from stallscope.collector.scenarios import GEMM, ITEM_FRAME
 from stallscope.commands import main
 
 SITE = "train.py:42 in train_step"
@@ -29,10 +29,10 @@ HOSTILE_OP = 'aten::<img src=x onerror="alert(1)">'
 
 def loop(
     name: str, *, item: bool = False, steps: int = 4, cpu: bool = False, kernel: str = GEMM, op: str = ""
-) -> Scenario:
+) -> SynthTrace:
     """A training loop at train.py:42: 3 forward and 3 backward GEMMs a step (host work instead of
     kernels when ``cpu``), ``loss.item()`` (an avoidable scalar read) when ``item``, a final sync."""
-    sc = Scenario(name)
+    sc = SynthTrace(name)
     with sc.py_frame("train.py", 10, "main"):
         for i in range(steps):
             with sc.step(), sc.py_frame("train.py", 42, "train_step"):
@@ -53,7 +53,7 @@ def loop(
     return sc
 
 
-def write(sc: Scenario, tmp_path: Path) -> str:
+def write(sc: SynthTrace, tmp_path: Path) -> str:
     return str(sc.write(tmp_path / f"{sc.name}.pt.trace.json.gz"))
 
 

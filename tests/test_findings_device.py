@@ -1,4 +1,4 @@
-"""Device findings (stallscope.analyzer.findings.device): each rule on its planted scenario, silent on its clean twin
+"""Device findings (stallscope.analyzer.findings.device): each rule on its planted trace, silent on its clean twin
 and on the committed samples, and safe on the real traces."""
 
 from __future__ import annotations
@@ -7,20 +7,20 @@ from pathlib import Path
 
 import pytest
 from _kineto import SAMPLES
+from synth import library as S
+from synth.trace import SynthTrace
 
 from stallscope.analyzer.analysis import Analysis, analyze
 from stallscope.analyzer.findings import device, registry
 from stallscope.analyzer.findings.base import Finding, Severity
 from stallscope.analyzer.load.loader import load
 from stallscope.analyzer.passes.syncs import SyncKind
-from stallscope.collector import scenarios as S
-from stallscope.collector.scenario import Scenario
 
 #: the device rules, in the registry's order
 RULES = [rule for rule in registry.RULES if rule.__module__ == device.__name__]
 
 
-def analysed(sc: Scenario, tmp_path: Path) -> Analysis:
+def analysed(sc: SynthTrace, tmp_path: Path) -> Analysis:
     return analyze(load(sc.write(tmp_path / f"{sc.name}.pt.trace.json.gz")))
 
 
@@ -70,7 +70,7 @@ def test_fp32_gemms_on_a_tensor_core_gpu_are_found(tmp_path: Path) -> None:
     [S.gemm_loop(precision="bf16"), S.gemm_loop(precision="fp32", compute_major=6)],
     ids=["bf16", "sm60"],
 )
-def test_tensor_core_gemms_or_an_older_gpu_are_silent(sc: Scenario, tmp_path: Path) -> None:
+def test_tensor_core_gemms_or_an_older_gpu_are_silent(sc: SynthTrace, tmp_path: Path) -> None:
     assert device_findings(analysed(sc, tmp_path)) == []
 
 

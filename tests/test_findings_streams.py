@@ -1,4 +1,4 @@
-"""Stream findings (stallscope.analyzer.findings.streams): each rule on a planted scenario and its clean twin, silent on
+"""Stream findings (stallscope.analyzer.findings.streams): each rule on a planted trace and its clean twin, silent on
 the sample traces, and run on the real traces."""
 
 from __future__ import annotations
@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 from _kineto import SAMPLES
+from synth import library as sc
+from synth.trace import SynthTrace
 
 from stallscope.analyzer.analysis import Analysis, analyze, analyze_model
 from stallscope.analyzer.findings import registry, streams
@@ -18,8 +20,6 @@ from stallscope.analyzer.findings.streams import (
     unsynchronized_pinned_readback,
 )
 from stallscope.analyzer.load.loader import load
-from stallscope.collector import scenarios as sc
-from stallscope.collector.scenario import Scenario
 
 Rule = Callable[[Analysis], list[Finding]]
 #: the stream rules, in the registry's order
@@ -27,7 +27,7 @@ RULES = [rule for rule in registry.RULES if rule.__module__ == streams.__name__]
 SAMPLE_TRACES = sorted(p.name for p in SAMPLES.glob("*.pt.trace.json.gz"))
 
 
-def analysed(s: Scenario, tmp_path: Path) -> Analysis:
+def analysed(s: SynthTrace, tmp_path: Path) -> Analysis:
     return analyze(load(s.write(tmp_path / f"{s.name}.pt.trace.json.gz")))
 
 
@@ -112,7 +112,7 @@ def test_a_pinned_readback_after_an_event_synchronize_is_not_flagged(tmp_path: P
 
 def test_a_wait_on_another_stream_that_waited_for_the_copy_counts(tmp_path: Path) -> None:
     # GIVEN the readback on stream 7, stream 20 waiting on an event after it, and a stream 20 synchronize
-    s = Scenario("readback_through_an_event")
+    s = SynthTrace("readback_through_an_event")
     with s.py_frame("infer.py", 10, "main"):
         for _ in range(3):
             with s.step(), s.py_frame("infer.py", 25, "predict"):
@@ -127,7 +127,7 @@ def test_a_wait_on_another_stream_that_waited_for_the_copy_counts(tmp_path: Path
 
 def test_a_sync_after_the_step_ended_does_not_count(tmp_path: Path) -> None:
     # GIVEN the readback in each step and the synchronize only at the top of the next step
-    s = Scenario("late_sync")
+    s = SynthTrace("late_sync")
     with s.py_frame("infer.py", 10, "main"):
         for i in range(3):
             with s.step(), s.py_frame("infer.py", 25, "predict"):

@@ -1,4 +1,4 @@
-"""Whole jobs: scenario-built ranks with planted stragglers and clock offsets, matched and explained."""
+"""Whole jobs: synthetic ranks with planted stragglers and clock offsets, matched and explained."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import statistics
 from pathlib import Path
 
 import pytest
+from synth.job import JobTruth, Plant, build_job
 
 from stallscope.analyzer.core.errors import TraceError
 from stallscope.analyzer.job.align import align_clocks, match
@@ -16,7 +17,6 @@ from stallscope.analyzer.job.stragglers import MIN_LATE_US
 from stallscope.analyzer.job.tables import RankTable
 from stallscope.analyzer.job.verdict import analyze_job
 from stallscope.analyzer.passes.critical import Kind
-from stallscope.collector.scenario_job import JobTruth, Plant, build_job
 
 WORLD = 4
 STEPS = 5

@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from synth.job import Plant, build_job
 
 from stallscope.analyzer.job.execute import Execution, reduce_all
 from stallscope.analyzer.job.tables import RankTable
 from stallscope.analyzer.job.verdict import analyze_job
-from stallscope.collector.scenario_job import Plant, build_job
 from stallscope.commands import main
 
 DLRM = "param_dlrm_v100_8rank"

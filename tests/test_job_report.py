@@ -8,9 +8,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from synth.job import Plant, build_job
 
 from stallscope.analyzer.job.execute import Execution
-from stallscope.collector.scenario_job import Plant, build_job
 from stallscope.commands import main
 from stallscope.dashboard import report
 from stallscope.jobs import load_and_analyse_job

@@ -1,4 +1,4 @@
-"""The HTML report's structure on builder scenarios: sections, findings, call sites, and numbers that
+"""The HTML report's structure on builder traces: sections, findings, call sites, and numbers that
 match the JSON analysis. Hostile trace text stays text. (The browser tests are test_browser_report.py.)"""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from synth import library as sc
+from synth.trace import SynthTrace
 
 from stallscope.analyzer.analysis import Analysis, analyze
 from stallscope.analyzer.document.analysis import to_json
 from stallscope.analyzer.load.loader import load
-from stallscope.collector import scenarios as sc
-from stallscope.collector.scenario import Scenario
 from stallscope.dashboard import report
 
 HOSTILE_KERNEL = "</script><script>alert('kernel')</script>"
@@ -84,7 +84,7 @@ class Page(HTMLParser):
         raise AssertionError(f"no JSON script {ident!r}")
 
 
-def analysed(s: Scenario, tmp_path: Path) -> Analysis:
+def analysed(s: SynthTrace, tmp_path: Path) -> Analysis:
     return analyze(load(s.write(tmp_path / f"{s.name}.pt.trace.json.gz"), use_cache=False))
 
 
@@ -153,7 +153,7 @@ def test_findings_are_listed_most_expensive_first_with_call_sites(item_report: t
     a, text = item_report
     doc = to_json(a)
     rows = Page(text).by_class("finding")
-    assert doc["findings"], "the scenario plants findings"
+    assert doc["findings"], "the trace plants findings"
     assert [r["data-rule"] for r, _t in rows] == [f["rule"] for f in doc["findings"]]
     for (attrs, shown), f in zip(rows, doc["findings"], strict=True):
         assert int(attrs["data-count"]) == f["count"]
@@ -232,7 +232,7 @@ def test_every_figure_uses_only_trace_types_of_the_vendored_bundle(item_report: 
 
 
 def test_a_trace_without_steps_gets_a_whole_window_timeline(tmp_path: Path) -> None:
-    s = Scenario("no_steps")
+    s = SynthTrace("no_steps")
     with s.py_frame("infer.py", 3, "run"):
         for _ in range(3):
             with s.op("aten::mm"):
@@ -248,8 +248,8 @@ def test_a_trace_without_steps_gets_a_whole_window_timeline(tmp_path: Path) -> N
     assert not [a_ for _t, a_, _x in page.elements if a_.get("id") == "chart-steps"]
 
 
-def hostile_scenario() -> Scenario:
-    s = Scenario("hostile")
+def hostile_trace() -> SynthTrace:
+    s = SynthTrace("hostile")
     with s.py_frame(HOSTILE_FILE, 7, HOSTILE_FUNC):
         for _ in range(3):
             with s.step():
@@ -261,7 +261,7 @@ def hostile_scenario() -> Scenario:
 
 
 def test_hostile_trace_text_is_escaped_everywhere(tmp_path: Path) -> None:
-    a = analysed(hostile_scenario(), tmp_path)
+    a = analysed(hostile_trace(), tmp_path)
     text = report.render(a, report.ReportOptions(cdn=True))
     # no trace string reaches the page as markup
     for raw in ("<img src=x", "<svg onload", "alert('kernel')</script>", "<b>é"):

@@ -1,19 +1,19 @@
-"""Timeline extraction (stallscope.dashboard.timeline.extract) on builder scenarios: rows, merging, syncs, ranges."""
+"""Timeline extraction (stallscope.dashboard.timeline.extract) on builder traces: rows, merging, syncs, ranges."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
+from synth import library as sc
+from synth.trace import SynthTrace
 
 from stallscope.analyzer.analysis import Analysis, analyze
 from stallscope.analyzer.load.loader import load
-from stallscope.collector import scenarios as sc
-from stallscope.collector.scenario import Scenario
 from stallscope.dashboard.timeline import RowKind, extract, figure, lod
 
 
-def analysed(s: Scenario, tmp_path: Path) -> Analysis:
+def analysed(s: SynthTrace, tmp_path: Path) -> Analysis:
     return analyze(load(s.write(tmp_path / f"{s.name}.pt.trace.json.gz"), use_cache=False))
 
 

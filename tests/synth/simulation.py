@@ -1,4 +1,4 @@
-"""Discrete-event model behind the synthetic Kineto trace builder (see ``stallscope.collector.scenario``).
+"""Discrete-event model behind the synthetic Kineto trace builder (see ``synth.trace``).
 
 A script of host work, launches, copies and syncs is simulated eagerly: every call computes its own times from
 the host thread's clock and the device streams' state, so the model is deterministic and needs no event queue.
@@ -7,7 +7,7 @@ Host work is sequential per thread; each stream runs its activities in FIFO orde
 blocking call returns at ``max(start + own cost, awaited device work end + return latency)``.
 
 Every start remembers which constraint bound it, so the simulated critical path is known exactly
-(``Scenario.critical_path``). Times are microseconds relative to the trace start; ``Scenario.base_ts_us`` is
+(``SynthTrace.critical_path``). Times are microseconds relative to the trace start; ``SynthTrace.base_ts_us`` is
 added when the Kineto document is written.
 """
 
@@ -37,7 +37,7 @@ CBID = {
 }
 
 
-class SyncKind(str, enum.Enum):
+class ExpectedSyncKind(str, enum.Enum):
     """What the analyzer should call a sync (DESIGN.md section 4, "Sync")."""
 
     SCALAR_READ = "scalar_read"
@@ -71,7 +71,7 @@ class DropWaits(str, enum.Enum):
 
 
 @dataclass(frozen=True)
-class Costs:
+class RuntimeCosts:
     """Fixed costs of the simulated runtime, in microseconds."""
 
     launch_cpu_us: float = 5.0  # host duration of a non-blocking runtime call (launch, async copy, memset)
@@ -84,7 +84,7 @@ class Costs:
 
 
 @dataclass(frozen=True)
-class WhatIf:
+class WhatIfKnobs:
     """Changes applied while simulating, used to compute what-if ground truth by re-running a script."""
 
     device_scale: float = 1.0  # multiplies every device duration
@@ -94,7 +94,7 @@ class WhatIf:
 
 
 @dataclass(frozen=True)
-class CallSite:
+class UserFrame:
     """Innermost user frame: ``line`` is the function's first line, as Kineto's python_function names say."""
 
     file: str
@@ -116,7 +116,7 @@ class Activity:
     launch_api: str
     launch_start_us: float
     launch_tid: int
-    step: int | None  # index into Scenario.steps of the step that launched it
+    step: int | None  # index into SynthTrace.steps of the step that launched it
     bound_by: str  # "launch", "stream" or "event": which constraint set start_us
     pred: int | None  # index of the activity that bound start_us ("stream"/"event")
 
@@ -137,7 +137,7 @@ class SyncTruth:
     """One user-level sync (all blocking runtime calls under one user operation)."""
 
     index: int
-    kind: SyncKind
+    kind: ExpectedSyncKind
     api: str  # the call that blocked longest
     op: str | None  # the aten op above the calls, if any
     tid: int
@@ -149,7 +149,7 @@ class SyncTruth:
     step: int | None
     avoidable: bool
     reasons: tuple[str, ...]
-    call_site: CallSite | None
+    call_site: UserFrame | None
 
 
 @dataclass(frozen=True)
@@ -174,7 +174,9 @@ class StepTruth:
 
 
 @dataclass(frozen=True)
-class Segment:
+class PathSegment:
+    """One piece of the simulated critical path, on a host thread or a stream."""
+
     kind: SegmentKind
     lane: str  # "host:<tid>" or "stream:<id>"
     name: str
@@ -183,15 +185,17 @@ class Segment:
 
 
 @dataclass(frozen=True)
-class CriticalPath:
+class CriticalPathTruth:
+    """The simulated critical path of the window: its length, time per segment kind, and segments in order."""
+
     length_us: float
     breakdown_us: dict[str, float]
-    segments: tuple[Segment, ...]
+    segments: tuple[PathSegment, ...]
 
 
 @dataclass(frozen=True)
-class Gap:
-    """A device idle interval inside the window, with the cause DESIGN.md's rules give it."""
+class GapTruth:
+    """A simulated device idle interval inside the window, with the cause DESIGN.md's rules give it."""
 
     start_us: float
     end_us: float
@@ -201,7 +205,7 @@ class Gap:
 
 @dataclass(frozen=True)
 class CudaEvent:
-    """Handle returned by ``Scenario.event_record``."""
+    """Handle returned by ``SynthTrace.event_record``."""
 
     event_id: int
     stream: int
@@ -227,7 +231,7 @@ class _Thread:
 
 @dataclass
 class _SyncGroup:
-    kind: SyncKind
+    kind: ExpectedSyncKind
     op: str | None
     avoidable: bool
     reasons: tuple[str, ...]
@@ -252,10 +256,10 @@ def union_length(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
-class ScenarioModel:
-    """The simulation state and its raw event records; ``stallscope.collector.scenario.Scenario`` adds the script API."""
+class Simulation:
+    """The simulation state and its raw event records; ``synth.trace.SynthTrace`` adds the script API."""
 
-    def __init__(self, *, pid: int, tid: int, device: int, costs: Costs, whatif: WhatIf) -> None:
+    def __init__(self, *, pid: int, tid: int, device: int, costs: RuntimeCosts, whatif: WhatIfKnobs) -> None:
         self.pid = pid
         self.main_tid = tid
         self.device = device
@@ -327,7 +331,7 @@ class ScenarioModel:
                 return name
         return None
 
-    def call_site(self) -> CallSite | None:
+    def user_frame(self) -> UserFrame | None:
         for span in reversed(self.current.stack):
             if span["cat"] != "python_function":
                 continue
@@ -336,7 +340,7 @@ class ScenarioModel:
                 continue
             head, _, func = name.partition("): ")
             file, _, line = head.rpartition("(")
-            return CallSite(file, int(line), func)
+            return UserFrame(file, int(line), func)
         return None
 
     # ----- host spans -------------------------------------------------------------------------------------
@@ -431,7 +435,7 @@ class ScenarioModel:
 
     @contextmanager
     def sync_group(
-        self, kind: SyncKind, op: str | None, avoidable: bool, reasons: tuple[str, ...]
+        self, kind: ExpectedSyncKind, op: str | None, avoidable: bool, reasons: tuple[str, ...]
     ) -> Iterator[None]:
         """Collect the blocking calls made inside the block into one user-level sync."""
         if self._group is not None:  # nested helper: the outer group owns the calls
@@ -440,7 +444,7 @@ class ScenarioModel:
         group = _SyncGroup(kind, op, avoidable, reasons)
         self._group = group
         start = self.current.clock
-        site = self.call_site()
+        site = self.user_frame()
         try:
             yield
         finally:
@@ -533,7 +537,7 @@ class ScenarioModel:
     def busy_in(self, lo: float, hi: float) -> float:
         return sum(max(0.0, min(e, hi) - max(s, lo)) for s, e in self.busy_intervals())
 
-    def critical_path(self) -> CriticalPath:
+    def critical_path(self) -> CriticalPathTruth:
         """Walk back from the window end on the main thread, following the constraint that bound each start.
 
         Host time is split into ``input`` where it lies inside a data-loading span and ``host`` elsewhere;
@@ -542,7 +546,7 @@ class ScenarioModel:
         continues on the launching thread. The segments tile the window exactly.
         """
         w0, w1 = self.window()
-        segs: list[Segment] = []
+        segs: list[PathSegment] = []
         tid, t = self.main_tid, w1
         act: Activity | None = None
         while True:
@@ -553,32 +557,34 @@ class ScenarioModel:
                 segs.extend(self._host_segments(tid, lo, t))
                 if wait is None or wait.return_us <= w0:
                     break
-                segs.append(Segment(SegmentKind.SYNC, f"host:{tid}", "sync return", wait.device_end_us, lo))
+                segs.append(
+                    PathSegment(SegmentKind.SYNC, f"host:{tid}", "sync return", wait.device_end_us, lo)
+                )
                 act = self.activities[wait.activity]
                 continue
             lane = f"stream:{act.stream}"
-            segs.append(Segment(SegmentKind.DEVICE, lane, act.name, max(act.start_us, w0), act.end_us))
+            segs.append(PathSegment(SegmentKind.DEVICE, lane, act.name, max(act.start_us, w0), act.end_us))
             if act.start_us <= w0:
                 break
             if act.bound_by == "launch":
                 segs.append(
-                    Segment(SegmentKind.LAUNCH, lane, act.launch_api, act.launch_start_us, act.start_us)
+                    PathSegment(SegmentKind.LAUNCH, lane, act.launch_api, act.launch_start_us, act.start_us)
                 )
                 tid, t, act = act.launch_tid, act.launch_start_us, None
             else:
                 assert act.pred is not None
                 act = self.activities[act.pred]
         segs = [
-            Segment(s.kind, s.lane, s.name, max(s.start_us, w0), min(s.end_us, w1))
+            PathSegment(s.kind, s.lane, s.name, max(s.start_us, w0), min(s.end_us, w1))
             for s in reversed(segs)
             if min(s.end_us, w1) > max(s.start_us, w0)
         ]
         breakdown = {k.value: 0.0 for k in SegmentKind}
         for s in segs:
             breakdown[s.kind.value] += s.end_us - s.start_us
-        return CriticalPath(sum(breakdown.values()), breakdown, tuple(segs))
+        return CriticalPathTruth(sum(breakdown.values()), breakdown, tuple(segs))
 
-    def _host_segments(self, tid: int, lo: float, hi: float) -> list[Segment]:
+    def _host_segments(self, tid: int, lo: float, hi: float) -> list[PathSegment]:
         """Host time [lo, hi] on ``tid`` as host/input segments, latest first."""
         cuts = sorted(
             {lo, hi} | {x for t, s, e in self.input_spans if t == tid for x in (s, e) if lo < x < hi}
@@ -587,10 +593,10 @@ class ScenarioModel:
         for a, b in itertools.pairwise(cuts):
             inside = any(t == tid and s <= a and b <= e for t, s, e in self.input_spans)
             kind = SegmentKind.INPUT if inside else SegmentKind.HOST
-            out.append(Segment(kind, f"host:{tid}", "data loading" if inside else "host", a, b))
+            out.append(PathSegment(kind, f"host:{tid}", "data loading" if inside else "host", a, b))
         return out[::-1]
 
-    def gaps(self, min_gap_us: float = 20.0) -> list[Gap]:
+    def gaps(self, min_gap_us: float = 20.0) -> list[GapTruth]:
         """Idle intervals of at least ``min_gap_us`` inside the window, with their cause.
 
         A sync's wait is charged to the gaps that follow its return (before the next sync returns), up to its
@@ -612,7 +618,7 @@ class ScenarioModel:
             sync = max(charged, key=lambda sy: sy.end_us, default=None)
             if sync is not None and not any(sync.end_us < o.end_us <= lo for o in self.syncs):
                 budget[sync.index] -= hi - lo
-                out.append(Gap(lo, hi, "sync", sync.index))
+                out.append(GapTruth(lo, hi, "sync", sync.index))
                 continue
             ender = min((a for a in self.activities if a.start_us == hi), key=lambda a: a.index, default=None)
             cause = "unknown"
@@ -626,5 +632,5 @@ class ScenarioModel:
                     cause = "dependency"
                 else:
                     cause = "host"
-            out.append(Gap(lo, hi, cause, None))
+            out.append(GapTruth(lo, hi, cause, None))
         return out

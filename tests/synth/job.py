@@ -1,4 +1,4 @@
-"""Synthetic multi-rank jobs: one ``Scenario`` per rank, joined by collectives, with planted stragglers.
+"""Synthetic multi-rank jobs: one ``SynthTrace`` per rank, joined by collectives, with planted stragglers.
 
 Each rank runs the same training step: data loading (``train.py:88``), host preparation (``train.py:95``),
 forward kernels, more host work, backward kernels, then an all-reduce on its own stream (NCCL-shaped: a
@@ -21,7 +21,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stallscope.collector.scenario import Scenario
+from synth.trace import SynthTrace
 
 COMM_STREAM = 20
 TRANSFER_US = 150.0
@@ -70,28 +70,28 @@ class JobTruth:
 
 @dataclass
 class _Rank:
-    scenario: Scenario
+    trace: SynthTrace
     collectives: list[int] = field(default_factory=list)  # correlation ids, one per step
 
 
 def _rank(rank: int, world: int, steps: int, shape: Shape, plants: list[Plant], durs: list[float]) -> _Rank:
-    sc = Scenario(f"job-rank{rank}", rank=rank, world_size=world, pid=1000 + rank, tid=1000 + rank)
+    sc = SynthTrace(f"job-rank{rank}", rank=rank, world_size=world, pid=1000 + rank, tid=1000 + rank)
     out = _Rank(sc)
     mine = {(p.step, p.cause): p.us for p in plants if p.rank == rank}
     for s in range(steps):
         with sc.step(), sc.py_frame("train.py", 80, "train"):
             with sc.py_frame("train.py", 88, "load_batch"):
-                sc.gap(2.0)  # Python before the call: the frame encloses what it calls
+                sc.untraced(2.0)  # Python before the call: the frame encloses what it calls
                 sc.data_loading(shape.input_us + mine.get((s, "input"), 0.0))
             with sc.py_frame("train.py", 95, "prepare"):
-                sc.gap(2.0)
+                sc.untraced(2.0)
                 sc.host("aten::index", shape.prep_us + mine.get((s, "host"), 0.0))
             with sc.op("aten::linear"):
                 for k, us in enumerate(shape.fwd_kernels):
                     sc.launch(f"sm90_gemm_fwd_{k}", us)
             if (s, "sync") in mine:
                 with sc.py_frame("train.py", 102, "log_loss"):
-                    sc.gap(2.0)
+                    sc.untraced(2.0)
                     with sc.op("aten::log"):
                         sc.synchronize()
             sc.host("aten::zero_", shape.mid_host_us)
@@ -100,12 +100,12 @@ def _rank(rank: int, world: int, steps: int, shape: Shape, plants: list[Plant], 
                     sc.launch(f"sm90_gemm_bwd_{k}", us)
             out.collectives.append(_allreduce(sc, durs[s]))
             with sc.py_frame("train.py", 110, "report"):
-                sc.gap(2.0)
+                sc.untraced(2.0)
                 sc.item()  # every rank reads its loss: the host keeps no lead from step to step
     return out
 
 
-def _allreduce(sc: Scenario, dur_us: float) -> int:
+def _allreduce(sc: SynthTrace, dur_us: float) -> int:
     ready = sc.event_record(7)
     sc.stream_wait_event(COMM_STREAM, ready)
     with (
@@ -122,7 +122,7 @@ def _allreduce(sc: Scenario, dur_us: float) -> int:
 def _arrivals(ranks: dict[int, _Rank]) -> list[dict[int, float]]:
     out: list[dict[int, float]] = []
     for r, rk in ranks.items():
-        by_corr = {a.correlation: a.start_us for a in rk.scenario.activities}
+        by_corr = {a.correlation: a.start_us for a in rk.trace.activities}
         for s, corr in enumerate(rk.collectives):
             if len(out) <= s:
                 out.append({})
@@ -154,14 +154,14 @@ def build_job(
     folder.mkdir(parents=True, exist_ok=True)
     files = []
     for r, rk in ranks.items():
-        rk.scenario.base_ts_us += offsets[r]  # the rank's clock runs that far ahead of rank 0's
+        rk.trace.base_ts_us += offsets[r]  # the rank's clock runs that far ahead of rank 0's
         files.append(_write(rk, folder / f"rank{r}.pt.trace.json.gz", shape))
     return JobTruth(tuple(_arrivals(ranks)), offsets, tuple(files))
 
 
 def _write(rk: _Rank, path: Path, shape: Shape) -> Path:
     """The rank's trace, its collective kernels carrying the args torch >= 2.1 writes."""
-    doc = rk.scenario.to_document()
+    doc = rk.trace.to_document()
     mine = set(rk.collectives)
     for e in doc["traceEvents"]:
         args = e.get("args") or {}

@@ -1,34 +1,34 @@
-"""Ready-made scenarios (DESIGN.md's worked example and the stalls the analyzer must find) and their
+"""Ready-made traces (DESIGN.md's worked example and the stalls the analyzer must find) and their
 simulated answers in the shape of the analyzer's output. They feed ``sample_traces/`` and golden tests."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from stallscope.collector.scenario import (
+from synth.simulation import GapTruth, JsonDict, SyncTruth
+from synth.trace import (
     DATALOADER_SPAN,
-    CallSite,
-    Costs,
     DropWaits,
-    Pipeline,
-    Scenario,
-    WhatIf,
-    _num,
+    PipelineFigures,
+    RuntimeCosts,
+    SynthTrace,
+    UserFrame,
+    WhatIfKnobs,
+    _as_written,
 )
-from stallscope.collector.scenario_model import Gap, JsonDict, SyncTruth
 
 __all__ = [
     "DATALOADER_SPAN",
-    "CallSite",
-    "Costs",
     "DropWaits",
-    "Pipeline",
-    "Scenario",
-    "WhatIf",
+    "PipelineFigures",
+    "RuntimeCosts",
+    "SynthTrace",
+    "UserFrame",
+    "WhatIfKnobs",
     "clean_pipeline",
     "copy_on_compute_stream",
     "ground_truth",
-    "input_bound",
+    "input_bound_loop",
     "item_in_loop",
     "launch_bound_loop",
     "multistream_overlap",
@@ -45,7 +45,7 @@ __all__ = [
 # ----- ground truth as JSON ----------------------------------------------------------------------
 
 
-def ground_truth(sc: Scenario) -> JsonDict:
+def ground_truth(sc: SynthTrace) -> JsonDict:
     """The simulated answers for ``sc`` in the shape of the analyzer's output (absolute trace-clock µs)."""
     lo, hi = sc.window
     busy = sc.device_busy_us
@@ -62,56 +62,56 @@ def ground_truth(sc: Scenario) -> JsonDict:
         "window": {
             "start_us": sc.abs_us(lo),
             "end_us": sc.abs_us(hi),
-            "dur_us": _num(hi - lo),
+            "dur_us": _as_written(hi - lo),
             "basis": "steps",
         },
-        "makespan_us": _num(sc.makespan_us),
-        "wall_us": _num(sc.wall_us),
+        "makespan_us": _as_written(sc.makespan_us),
+        "wall_us": _as_written(sc.wall_us),
         "device": {
-            "busy_us": _num(busy),
-            "idle_us": _num(sc.window_us - busy),
+            "busy_us": _as_written(busy),
+            "idle_us": _as_written(sc.window_us - busy),
             "utilization": round(busy / sc.window_us, 4) if sc.window_us else 0.0,
         },
         "steps": [
             {
                 "name": st.name,
                 "start_us": sc.abs_us(st.start_us),
-                "dur_us": _num(st.dur_us),
-                "device_busy_us": _num(sc.step_busy_us(st)),
-                "device_idle_us": _num(st.dur_us - sc.step_busy_us(st)),
-                "host_sync_wait_us": _num(st.host_sync_wait_us),
-                "host_prep_us": _num(st.host_prep_us),
-                "launched_device_us": _num(st.launched_device_us),
+                "dur_us": _as_written(st.dur_us),
+                "device_busy_us": _as_written(sc.step_busy_us(st)),
+                "device_idle_us": _as_written(st.dur_us - sc.step_busy_us(st)),
+                "host_sync_wait_us": _as_written(st.host_sync_wait_us),
+                "host_prep_us": _as_written(st.host_prep_us),
+                "launched_device_us": _as_written(st.launched_device_us),
             }
             for st in sc.steps
         ],
         "sync_count": len(syncs),
         "avoidable_sync_count": sum(s.avoidable for s in syncs),
-        "host_sync_wait_us": _num(sum(s.wait_us for s in syncs if _inside(s, lo, hi))),
+        "host_sync_wait_us": _as_written(sum(s.wait_us for s in syncs if _inside(s, lo, hi))),
         "syncs": [_sync_json(sc, s, gaps) for s in syncs],
         "gaps": [
             {
                 "start_us": sc.abs_us(g.start_us),
                 "end_us": sc.abs_us(g.end_us),
-                "dur_us": _num(g.end_us - g.start_us),
+                "dur_us": _as_written(g.end_us - g.start_us),
                 "cause": g.cause,
                 "sync_index": g.sync_index,
             }
             for g in gaps
         ],
         "critical_path": {
-            "length_us": _num(cp.length_us),
-            "breakdown_us": {k: _num(v) for k, v in cp.breakdown_us.items()},
+            "length_us": _as_written(cp.length_us),
+            "breakdown_us": {k: _as_written(v) for k, v in cp.breakdown_us.items()},
             "bottleneck": max(cp.breakdown_us, key=lambda k: cp.breakdown_us[k]),
         },
         "pipeline": None
         if pipe is None
         else {
-            "host_prep_us": _num(pipe.host_prep_us),
-            "device_us": _num(pipe.device_us),
+            "host_prep_us": _as_written(pipe.host_prep_us),
+            "device_us": _as_written(pipe.device_us),
             "batches": pipe.batches,
-            "serial_us": _num(pipe.serial_us),
-            "pipelined_us": _num(pipe.pipelined_us),
+            "serial_us": _as_written(pipe.serial_us),
+            "pipelined_us": _as_written(pipe.pipelined_us),
             "bottleneck": pipe.bottleneck,
         },
         "event_counts": dict(sorted(counts.items())),
@@ -122,18 +122,18 @@ def _inside(s: SyncTruth, lo: float, hi: float) -> bool:
     return lo <= s.start_us < hi
 
 
-def _sync_json(sc: Scenario, s: SyncTruth, gaps: list[Gap]) -> JsonDict:
+def _sync_json(sc: SynthTrace, s: SyncTruth, gaps: list[GapTruth]) -> JsonDict:
     return {
         "index": s.index,
         "kind": s.kind.value,
         "api": s.api,
         "op": s.op,
         "start_us": sc.abs_us(s.start_us),
-        "wait_us": _num(s.wait_us),
-        "blocked_us": _num(s.blocked_us),
-        "bubble_us": _num(sum(g.end_us - g.start_us for g in gaps if g.sync_index == s.index)),
+        "wait_us": _as_written(s.wait_us),
+        "blocked_us": _as_written(s.blocked_us),
+        "bubble_us": _as_written(sum(g.end_us - g.start_us for g in gaps if g.sync_index == s.index)),
         "calls": [
-            {"api": c.api, "correlation": c.correlation, "dur_us": _num(c.end_us - c.start_us)}
+            {"api": c.api, "correlation": c.correlation, "dur_us": _as_written(c.end_us - c.start_us)}
             for c in s.calls
         ],
         "avoidable": s.avoidable,
@@ -143,26 +143,28 @@ def _sync_json(sc: Scenario, s: SyncTruth, gaps: list[Gap]) -> JsonDict:
 
 
 #: What-if scenarios (DESIGN.md section 4) as re-simulation knobs.
-WHATIFS: dict[str, WhatIf] = {
-    "no_avoidable_syncs": WhatIf(drop_waits=DropWaits.AVOIDABLE),
-    "no_syncs": WhatIf(drop_waits=DropWaits.ALL),
-    "device_2x": WhatIf(device_scale=0.5),
-    "host_2x": WhatIf(host_scale=0.5),
-    "input_overlapped": WhatIf(input_scale=0.0),
+WHATIFS: dict[str, WhatIfKnobs] = {
+    "no_avoidable_syncs": WhatIfKnobs(drop_waits=DropWaits.AVOIDABLE),
+    "no_syncs": WhatIfKnobs(drop_waits=DropWaits.ALL),
+    "device_2x": WhatIfKnobs(device_scale=0.5),
+    "host_2x": WhatIfKnobs(host_scale=0.5),
+    "input_overlapped": WhatIfKnobs(input_scale=0.0),
 }
 
 
-def whatif_table(build: Callable[[WhatIf], Scenario]) -> list[JsonDict]:
-    """Re-run a scenario script under each what-if and report its wall time (``Scenario.wall_us``)."""
-    base = build(WhatIf()).wall_us
+def whatif_table(build: Callable[[WhatIfKnobs], SynthTrace]) -> list[JsonDict]:
+    """Re-run a trace script under each what-if and report its wall time (``SynthTrace.wall_us``)."""
+    base = build(WhatIfKnobs()).wall_us
     out = []
     for name, knobs in WHATIFS.items():
         wall = build(knobs).wall_us
-        out.append({"scenario": name, "predicted_wall_us": _num(wall), "saving_us": _num(base - wall)})
+        out.append(
+            {"scenario": name, "predicted_wall_us": _as_written(wall), "saving_us": _as_written(base - wall)}
+        )
     return out
 
 
-# ----- ready-made scenarios ----------------------------------------------------------------------
+# ----- ready-made traces -------------------------------------------------------------------------
 
 GEMM = (
     "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_kernel__5x_cublas"
@@ -181,8 +183,8 @@ def worked_example(
     *,
     pipelined: bool,
     kernels_per_batch: int = 2,
-    whatif: WhatIf | None = None,
-) -> Scenario:
+    whatif: WhatIfKnobs | None = None,
+) -> SynthTrace:
     """DESIGN.md's two-stage example: host prep P ("prep" annotation), then kernels totalling G.
 
     Serial: every batch ends in ``torch.cuda.synchronize()`` (avoidable: blanket, repeated), so the run takes
@@ -191,7 +193,7 @@ def worked_example(
     """
     kind = "pipelined" if pipelined else "serial"
     bound = "_hostbound" if prep_ms > gpu_ms else ""
-    sc = Scenario(f"worked_example_{kind}{bound}", whatif=whatif)
+    sc = SynthTrace(f"worked_example_{kind}{bound}", whatif=whatif)
     with sc.py_frame("worked_example.py", 1, "<module>"), sc.py_frame("worked_example.py", 20, "run"):
         for b in range(batches):
             with sc.step(), sc.py_frame("worked_example.py", 8, "train_step"):
@@ -212,12 +214,12 @@ def launch_bound_loop(
     kernel_us: float = 3.0,
     op_self_us: float = 25.0,
     *,
-    whatif: WhatIf | None = None,
-) -> Scenario:
+    whatif: WhatIfKnobs | None = None,
+) -> SynthTrace:
     """Many tiny kernels, each behind an ``aten::add`` whose host time (``op_self_us`` + launch + op
     overhead, 32 µs by default) far exceeds the kernel's: the device idles between kernels; host-bound.
     One final sync."""
-    sc = Scenario("launch_bound", whatif=whatif)
+    sc = SynthTrace("launch_bound", whatif=whatif)
     with sc.py_frame("launch_bound.py", 1, "<module>"):
         for i in range(steps):
             with sc.step(), sc.py_frame("launch_bound.py", 5, "step_fn"):
@@ -235,15 +237,15 @@ def item_in_loop(
     bwd_us: float = 800.0,
     log_us: float = 200.0,
     *,
-    whatif: WhatIf | None = None,
-) -> Scenario:
+    whatif: WhatIfKnobs | None = None,
+) -> SynthTrace:
     """A training loop calling ``loss.item()`` every step inside ``train.py(42): train_step``.
 
     Each step: 3 forward kernels (``fwd_us`` each), ``loss.item()`` (scalar_read sync, avoidable: repeated;
     call site train.py:42 train_step), ``log_us`` of host logging, 3 backward kernels (``bwd_us`` each).
     The last step ends with ``torch.cuda.synchronize()`` (not avoidable).
     """
-    sc = Scenario("item_in_loop", whatif=whatif)
+    sc = SynthTrace("item_in_loop", whatif=whatif)
     with sc.py_frame("train.py", 10, "main"):
         for i in range(steps):
             with sc.step(), sc.py_frame("train.py", 42, "train_step"):
@@ -266,14 +268,14 @@ def item_in_loop(
 
 
 def pageable_copy_loop(
-    steps: int = 4, copy_us: float = 250.0, kernel_us: float = 500.0, *, whatif: WhatIf | None = None
-) -> Scenario:
+    steps: int = 4, copy_us: float = 250.0, kernel_us: float = 500.0, *, whatif: WhatIfKnobs | None = None
+) -> SynthTrace:
     """``x.to("cuda", non_blocking=True)`` from pageable memory at the top of every step.
 
     The copy waits behind the previous step's kernels on the same stream and the call blocks until it ends:
     a sync in disguise (pageable_copy, avoidable: pageable_copy, repeated). Then 3 kernels of ``kernel_us``.
     """
-    sc = Scenario("pageable_copy_loop", whatif=whatif)
+    sc = SynthTrace("pageable_copy_loop", whatif=whatif)
     with sc.py_frame("train.py", 10, "main"):
         for i in range(steps):
             with sc.step(), sc.py_frame("train.py", 30, "train_step"):
@@ -293,17 +295,17 @@ def pageable_copy_loop(
     return sc
 
 
-def input_bound(
+def input_bound_loop(
     steps: int = 4,
     load_us: float = 3000.0,
     copy_us: float = 100.0,
     kernel_us: float = 300.0,
     *,
-    whatif: WhatIf | None = None,
-) -> Scenario:
+    whatif: WhatIfKnobs | None = None,
+) -> SynthTrace:
     """Slow single-process data loading every step while the device waits; pinned non_blocking HtoD, then 3
     kernels. No sync in the loop, one final synchronize. Input-bound."""
-    sc = Scenario("input_bound", whatif=whatif)
+    sc = SynthTrace("input_bound", whatif=whatif)
     with sc.py_frame("train.py", 10, "main"):
         for i in range(steps):
             with sc.step():
@@ -320,15 +322,15 @@ def input_bound(
 
 
 def multistream_overlap(
-    steps: int = 4, copy_us: float = 400.0, kernel_us: float = 300.0, *, whatif: WhatIf | None = None
-) -> Scenario:
+    steps: int = 4, copy_us: float = 400.0, kernel_us: float = 300.0, *, whatif: WhatIfKnobs | None = None
+) -> SynthTrace:
     """Compute on stream 7, prefetch copies on stream 20: batch i+1's HtoD overlaps batch i's kernels.
 
     Step i: ``stream 7 waits on event(copy i)`` (cudaStreamWaitEvent), 3 kernels on 7, then copy i+1 on 20 and
     record its event. The last step records an event on 7 and waits for it (cudaEventSynchronize, not
     avoidable). Copy 0 is issued in step 0 before its wait.
     """
-    sc = Scenario("multistream_overlap", whatif=whatif)
+    sc = SynthTrace("multistream_overlap", whatif=whatif)
     copy_stream, compute = 20, 7
     with sc.py_frame("train.py", 10, "main"):
         for i in range(steps):
@@ -356,11 +358,11 @@ def clean_pipeline(
     kernel_us: float = 300.0,
     op_self_us: float = 40.0,
     *,
-    whatif: WhatIf | None = None,
-) -> Scenario:
+    whatif: WhatIfKnobs | None = None,
+) -> SynthTrace:
     """A well-pipelined loop: the host queues each step's kernels well ahead of the device, no syncs in the
     loop, one final synchronize in the last step. Device-bound; zero avoidable syncs."""
-    sc = Scenario("clean_pipeline", whatif=whatif)
+    sc = SynthTrace("clean_pipeline", whatif=whatif)
     with sc.py_frame("train.py", 10, "main"):
         for i in range(steps):
             with sc.step(), sc.py_frame("train.py", 30, "train_step"):
@@ -378,14 +380,14 @@ def copy_on_compute_stream(
     kernel_us: float = 400.0,
     kernels: int = 3,
     *,
-    whatif: WhatIf | None = None,
-) -> Scenario:
+    whatif: WhatIfKnobs | None = None,
+) -> SynthTrace:
     """``x.to("cuda", non_blocking=True)`` from pinned memory on the compute stream (7) at the top of
     every step, then ``kernels`` kernels on 7: the copy of batch i+1 queues behind batch i's kernels, so
     copies and compute never overlap (``copy_compute_serialized``). The host runs ahead (no sync in the
     loop, one final synchronize): device-bound, with the copies on the critical path. Call site
     train.py:30 train_step."""
-    sc = Scenario("copy_on_compute_stream", whatif=whatif)
+    sc = SynthTrace("copy_on_compute_stream", whatif=whatif)
     with sc.py_frame("train.py", 10, "main"):
         for i in range(steps):
             with sc.step(), sc.py_frame("train.py", 30, "train_step"):
@@ -404,12 +406,12 @@ def side_stream_copies(
     kernel_us: float = 400.0,
     kernels: int = 3,
     *,
-    whatif: WhatIf | None = None,
-) -> Scenario:
+    whatif: WhatIfKnobs | None = None,
+) -> SynthTrace:
     """The clean twin of ``copy_on_compute_stream``: the same pinned copies on a side stream (20), batch
     i+1 prefetched while batch i computes on 7. Each step's compute waits on the event recorded after its
     copy (cudaStreamWaitEvent); one final synchronize."""
-    sc = Scenario("side_stream_copies", whatif=whatif)
+    sc = SynthTrace("side_stream_copies", whatif=whatif)
     copy_stream, compute = 20, 7
     with sc.py_frame("train.py", 10, "main"):
         ready = None
@@ -436,14 +438,14 @@ def serialized_streams(
     side_us: float = 300.0,
     *,
     serialized: bool = True,
-    whatif: WhatIf | None = None,
-) -> Scenario:
+    whatif: WhatIfKnobs | None = None,
+) -> SynthTrace:
     """Compute on stream 7 (3 kernels of ``main_us``) and independent side work on stream 20 (2 kernels of
     ``side_us``) every step. Serialized: stream 20 waits on an event recorded after the compute, and the
     next step's compute waits on an event recorded after the side work, so the two streams never run at
     the same time (``streams_never_overlapped``). Not serialized (the clean twin): no waits, the side work
     overlaps the compute. One final synchronize."""
-    sc = Scenario("serialized_streams" if serialized else "overlapped_streams", whatif=whatif)
+    sc = SynthTrace("serialized_streams" if serialized else "overlapped_streams", whatif=whatif)
     main, side = 7, 20
     with sc.py_frame("train.py", 10, "main"):
         side_done = None
@@ -466,8 +468,8 @@ def serialized_streams(
     return sc
 
 
-def _pinned_readback(name: str, steps: int, kernel_us: float, copy_us: float, *, synced: bool) -> Scenario:
-    sc = Scenario(name)
+def _pinned_readback(name: str, steps: int, kernel_us: float, copy_us: float, *, synced: bool) -> SynthTrace:
+    sc = SynthTrace(name)
     with sc.py_frame("infer.py", 10, "main"):
         for i in range(steps):
             with sc.step(), sc.py_frame("infer.py", 25, "predict"):
@@ -485,7 +487,9 @@ def _pinned_readback(name: str, steps: int, kernel_us: float, copy_us: float, *,
     return sc
 
 
-def pinned_readback_without_sync(steps: int = 4, kernel_us: float = 300.0, copy_us: float = 20.0) -> Scenario:
+def pinned_readback_without_sync(
+    steps: int = 4, kernel_us: float = 300.0, copy_us: float = 20.0
+) -> SynthTrace:
     """``out = logits.to("cpu", non_blocking=True)`` into pinned memory, then host post-processing, every
     step, with nothing waiting for the copy: the host may read the buffer before the data lands
     (``unsynchronized_pinned_readback``; the last step's final synchronize does wait for it). Call site
@@ -495,7 +499,7 @@ def pinned_readback_without_sync(steps: int = 4, kernel_us: float = 300.0, copy_
 
 def pinned_readback_with_event_sync(
     steps: int = 4, kernel_us: float = 300.0, copy_us: float = 20.0
-) -> Scenario:
+) -> SynthTrace:
     """The clean twin of ``pinned_readback_without_sync``: an event recorded after the copy and
     ``event.synchronize()`` before the host reads the buffer."""
     return _pinned_readback("pinned_readback_with_event_sync", steps, kernel_us, copy_us, synced=True)
@@ -518,13 +522,13 @@ def allocator_free_in_loop(
     kernel_us: float = 300.0,
     every: int = 1,
     *,
-    whatif: WhatIf | None = None,
-) -> Scenario:
+    whatif: WhatIfKnobs | None = None,
+) -> SynthTrace:
     """``torch.cuda.empty_cache()`` at ``train.py(30): train_step`` in every ``every``-th step after the
     first: its cudaFree waits for the whole device (an ``allocator`` sync), then the next step's kernels.
     With ``every=1`` the site syncs in most steps (avoidable: repeated, reported as
     ``false_sync_allocator``); with ``every=2`` of 6 steps only now and then (``allocator_sync``)."""
-    sc = Scenario(f"allocator_free_in_loop_every{every}", whatif=whatif)
+    sc = SynthTrace(f"allocator_free_in_loop_every{every}", whatif=whatif)
     with sc.py_frame("train.py", 10, "main"):
         for i in range(steps):
             with sc.step(), sc.py_frame("train.py", 30, "train_step"):
@@ -541,12 +545,12 @@ def allocator_free_in_loop(
 
 
 def allocator_warmup(
-    steps: int = 5, kernels: int = 4, kernel_us: float = 300.0, *, whatif: WhatIf | None = None
-) -> Scenario:
+    steps: int = 5, kernels: int = 4, kernel_us: float = 300.0, *, whatif: WhatIfKnobs | None = None
+) -> SynthTrace:
     """Clean twin of ``allocator_free_in_loop``: the caching allocator grows its pool in the first step
     (cudaMalloc, and one cudaFree that waits), then reuses its blocks: no allocator sync in the steady
     state."""
-    sc = Scenario("allocator_warmup", whatif=whatif)
+    sc = SynthTrace("allocator_warmup", whatif=whatif)
     with sc.py_frame("train.py", 10, "main"):
         for i in range(steps):
             with sc.step(), sc.py_frame("train.py", 30, "train_step"):
@@ -570,14 +574,14 @@ def gemm_loop(
     *,
     precision: str = "fp32",
     compute_major: int = 9,
-    whatif: WhatIf | None = None,
-) -> Scenario:
+    whatif: WhatIfKnobs | None = None,
+) -> SynthTrace:
     """A device-bound loop of matmuls and a convolution on an H100 (``compute_major`` overrides its
     deviceProperties). ``precision="fp32"``: cuBLAS ``sgemm`` and cuDNN ``implicit_convolve_sgemm`` kernels
     (CUDA cores); ``"bf16"``: the sm90 tensor-core kernels."""
     fp32 = precision == "fp32"
     props = {} if compute_major == 9 else {"computeMajor": compute_major, "computeMinor": 0}
-    sc = Scenario(f"{precision}_gemm_loop", device_properties=props, whatif=whatif)
+    sc = SynthTrace(f"{precision}_gemm_loop", device_properties=props, whatif=whatif)
     with sc.py_frame("train.py", 10, "main"):
         for i in range(steps):
             with sc.step(), sc.py_frame("train.py", 30, "train_step"):
@@ -598,13 +602,13 @@ def memory_pressure(
     reserved_share: float = 0.95,
     kernel_us: float = 300.0,
     *,
-    whatif: WhatIf | None = None,
-) -> Scenario:
+    whatif: WhatIfKnobs | None = None,
+) -> SynthTrace:
     """A loop recorded with ``profile_memory=True``: each step allocates activations until the caching
     allocator holds ``reserved_share`` of the H100's 80 GB, then frees them. ``[memory]`` instants carry the
     allocator's totals."""
     total = 85018279936
-    sc = Scenario(f"memory_pressure_{round(reserved_share * 100)}", whatif=whatif)
+    sc = SynthTrace(f"memory_pressure_{round(reserved_share * 100)}", whatif=whatif)
     reserved = int(total * reserved_share) // (2 << 20) * (2 << 20)
     block = reserved // 8
     with sc.py_frame("train.py", 10, "main"):
@@ -629,13 +633,13 @@ def decode_loop(
     post_us: float = 150.0,
     *,
     readback: bool = True,
-    whatif: WhatIf | None = None,
-) -> Scenario:
+    whatif: WhatIfKnobs | None = None,
+) -> SynthTrace:
     """Autoregressive decoding, one ProfilerStep per token at ``generate.py(30): decode_step``: ``layers``
     kernels and an argmax, then (``readback``) ``next_token.item()`` and ``post_us`` of host
     post-processing (detokenize, stop check) while the device idles; the next step launches only after
     that. Without ``readback`` (the clean twin) tokens stay on the device and are read once at the end."""
-    sc = Scenario(f"decode_loop_{'readback' if readback else 'on_device'}", whatif=whatif)
+    sc = SynthTrace(f"decode_loop_{'readback' if readback else 'on_device'}", whatif=whatif)
     with sc.py_frame("generate.py", 10, "generate"):
         for i in range(tokens):
             with sc.step(), sc.py_frame("generate.py", 30, "decode_step"):

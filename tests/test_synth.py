@@ -1,4 +1,4 @@
-"""Tests of the synthetic Kineto trace builder (stallscope.collector.scenario).
+"""Tests of the synthetic Kineto trace builder (``tests/synth``).
 
 The written JSON is parsed with the stdlib and checked against the simulated timings; no analyzer import.
 """
@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from stallscope.collector import scenarios as sc
-from stallscope.collector.scenario import Costs, Scenario, SyncKind, WhatIf
+from synth import library as sc
+from synth.trace import ExpectedSyncKind, RuntimeCosts, SynthTrace, WhatIfKnobs
 
 BASE = 1_700_000_000_000
 SAMPLES_DIR = Path(__file__).resolve().parent.parent / "sample_traces"
@@ -23,7 +22,7 @@ SAMPLES_DIR = Path(__file__).resolve().parent.parent / "sample_traces"
 Event = dict[str, Any]
 
 
-def written(s: Scenario, tmp_path: Path, name: str = "t.pt.trace.json.gz") -> dict[str, Any]:
+def written(s: SynthTrace, tmp_path: Path, name: str = "t.pt.trace.json.gz") -> dict[str, Any]:
     path = s.write(tmp_path / name)
     opener = gzip.open if name.endswith(".gz") else open
     with opener(path, "rt") as f:
@@ -49,7 +48,7 @@ def end(e: Event) -> float:
 
 
 def test_document_has_kineto_top_level_keys_and_metadata(tmp_path: Path) -> None:
-    s = Scenario("shape", rank=3, world_size=8)
+    s = SynthTrace("shape", rank=3, world_size=8)
     with s.step(), s.op("aten::mm"):
         s.launch("gemm", 10)
     doc = written(s, tmp_path)
@@ -88,7 +87,7 @@ def test_output_is_byte_identical_across_runs(tmp_path: Path) -> None:
 
 def test_launch_links_runtime_kernel_and_flow_by_correlation_and_external_id(tmp_path: Path) -> None:
     # GIVEN an aten op that launches one kernel at t=0 with the default costs
-    s = Scenario()
+    s = SynthTrace()
     with s.op("aten::mm"):
         corr = s.launch("gemm", 100)
     doc = written(s, tmp_path)
@@ -112,7 +111,7 @@ def test_launch_links_runtime_kernel_and_flow_by_correlation_and_external_id(tmp
 
 
 def test_runtime_call_outside_any_op_has_no_external_id(tmp_path: Path) -> None:
-    s = Scenario()
+    s = SynthTrace()
     s.launch("gemm", 10)
     doc = written(s, tmp_path)
     assert "External id" not in one(doc, cat="cuda_runtime")["args"]
@@ -121,7 +120,7 @@ def test_runtime_call_outside_any_op_has_no_external_id(tmp_path: Path) -> None:
 
 def test_stream_runs_kernels_in_fifo_order_and_streams_overlap(tmp_path: Path) -> None:
     # GIVEN three 100 µs kernels launched back to back on stream 7 and one on stream 20
-    s = Scenario()
+    s = SynthTrace()
     for _ in range(3):
         s.launch("k7", 100)
     s.launch("k20", 50, stream=20)
@@ -151,7 +150,7 @@ def test_correlation_ids_are_unique_and_every_device_record_has_its_runtime_call
 
 
 def test_pinned_copy_returns_at_once_but_pageable_copy_waits_for_the_stream_first(tmp_path: Path) -> None:
-    s = Scenario()
+    s = SynthTrace()
     s.launch("busy", 1000)  # the copies queue behind this kernel
     s.memcpy("HtoD", 1 << 20, 100, pinned=True, non_blocking=True)
     s.memcpy("HtoD", 1 << 20, 100, pinned=False, non_blocking=True)
@@ -168,13 +167,13 @@ def test_pinned_copy_returns_at_once_but_pageable_copy_waits_for_the_stream_firs
     assert end(calls[1]) == end(pinned) + 2 == 1_700_000_001_107
     assert pageable["ts"] == end(calls[1]) + 5
     (sync,) = s.syncs
-    assert sync.kind is SyncKind.PAGEABLE_COPY and sync.api == "cudaMemcpyAsync"
+    assert sync.kind is ExpectedSyncKind.PAGEABLE_COPY and sync.api == "cudaMemcpyAsync"
     assert sync.wait_us == calls[1]["dur"] == pytest.approx(1107 - 10)
 
 
 def test_item_emits_the_torch_call_chain_and_counts_as_one_scalar_read_sync(tmp_path: Path) -> None:
     # GIVEN a 500 µs kernel and then .item()
-    s = Scenario()
+    s = SynthTrace()
     with s.op("aten::sum"):
         s.launch("reduce", 500)
     s.item()
@@ -197,13 +196,17 @@ def test_item_emits_the_torch_call_chain_and_counts_as_one_scalar_read_sync(tmp_
     assert (cs["name"], cs["args"]["cuda_sync_kind"]) == ("Stream Sync", "Stream Sync")
     assert (cs["tid"], cs["args"]["stream"]) == (7, 7)
     (sync,) = s.syncs
-    assert sync.kind is SyncKind.SCALAR_READ and sync.op == "aten::item" and sync.api == "cudaMemcpyAsync"
+    assert (
+        sync.kind is ExpectedSyncKind.SCALAR_READ
+        and sync.op == "aten::item"
+        and sync.api == "cudaMemcpyAsync"
+    )
     assert [c.api for c in sync.calls] == ["cudaMemcpyAsync", "cudaStreamSynchronize"]
     assert sync.wait_us == copy_call["dur"] + stream_sync["dur"]
 
 
 def test_synchronize_waits_for_every_stream_and_records_a_context_sync(tmp_path: Path) -> None:
-    s = Scenario()
+    s = SynthTrace()
     s.launch("short", 100, stream=7)
     s.launch("long", 900, stream=20)
     s.synchronize()
@@ -217,11 +220,11 @@ def test_synchronize_waits_for_every_stream_and_records_a_context_sync(tmp_path:
     assert (ctx["name"], ctx["pid"], ctx["tid"], ctx["args"]["stream"]) == ("Context Sync", 0, -1, -1)
     assert call["ts"] <= ctx["ts"] and end(ctx) <= end(call)
     assert one(doc, ph="f", id=call["args"]["correlation"])["tid"] == -1
-    assert s.syncs[0].kind is SyncKind.BLANKET and s.syncs[0].blocked_us == end(call) - call["ts"] - 3
+    assert s.syncs[0].kind is ExpectedSyncKind.BLANKET and s.syncs[0].blocked_us == end(call) - call["ts"] - 3
 
 
 def test_sync_with_nothing_queued_costs_only_its_own_time(tmp_path: Path) -> None:
-    s = Scenario()
+    s = SynthTrace()
     s.synchronize()
     doc = written(s, tmp_path)
     assert one(doc, name="cudaDeviceSynchronize")["dur"] == 3
@@ -230,7 +233,7 @@ def test_sync_with_nothing_queued_costs_only_its_own_time(tmp_path: Path) -> Non
 
 def test_event_record_wait_and_event_synchronize(tmp_path: Path) -> None:
     # GIVEN a copy on stream 20 recorded by an event, stream 7 waiting on it, then a kernel on 7
-    s = Scenario()
+    s = SynthTrace()
     s.memcpy("HtoD", 1 << 20, 400, stream=20)
     ev = s.event_record(20)
     s.stream_wait_event(7, ev)
@@ -253,11 +256,11 @@ def test_event_record_wait_and_event_synchronize(tmp_path: Path) -> None:
     assert (es["tid"], es["args"]["stream"], es["args"]["wait_on_stream"]) == (-1, -1, 7)
     es_call = one(doc, name="cudaEventSynchronize")
     assert end(es_call) == end(kernel) + 2
-    assert s.syncs[-1].kind is SyncKind.EVENT
+    assert s.syncs[-1].kind is ExpectedSyncKind.EVENT
 
 
 def test_memset_and_bad_memcpy_kind(tmp_path: Path) -> None:
-    s = Scenario()
+    s = SynthTrace()
     s.memset(512, 2)
     doc = written(s, tmp_path)
     ms = one(doc, cat="gpu_memset")
@@ -271,7 +274,7 @@ def test_memset_and_bad_memcpy_kind(tmp_path: Path) -> None:
 
 
 def test_steps_are_numbered_contiguous_user_annotations(tmp_path: Path) -> None:
-    s = Scenario(first_step=7)
+    s = SynthTrace(first_step=7)
     for _ in range(3):
         with s.step():
             s.host("work", 100)
@@ -286,7 +289,7 @@ def test_steps_are_numbered_contiguous_user_annotations(tmp_path: Path) -> None:
 
 
 def test_python_frames_form_a_tree_with_kineto_names(tmp_path: Path) -> None:
-    s = Scenario()
+    s = SynthTrace()
     with (
         s.py_frame("train.py", 10, "main"),
         s.py_frame("train.py", 42, "train_step"),
@@ -310,7 +313,7 @@ def test_python_frames_form_a_tree_with_kineto_names(tmp_path: Path) -> None:
 
 
 def test_data_loading_span_is_a_user_annotation_counted_as_input(tmp_path: Path) -> None:
-    s = Scenario()
+    s = SynthTrace()
     with s.step():
         s.data_loading(1000)
         s.launch("k", 10)
@@ -321,7 +324,7 @@ def test_data_loading_span_is_a_user_annotation_counted_as_input(tmp_path: Path)
 
 
 def test_second_host_thread_has_its_own_clock_and_lane(tmp_path: Path) -> None:
-    s = Scenario()
+    s = SynthTrace()
     s.host("main_work", 100)
     with s.thread(99):
         s.host("side_work", 50)
@@ -354,32 +357,34 @@ def test_worked_example_matches_the_pipeline_model_within_one_percent(
 def test_worked_example_serial_syncs_and_critical_path() -> None:
     s = sc.worked_example(2, 6, 3, pipelined=False)
     assert [(y.kind, y.avoidable, y.reasons) for y in s.syncs] == [
-        (SyncKind.BLANKET, True, ("blanket", "repeated"))
+        (ExpectedSyncKind.BLANKET, True, ("blanket", "repeated"))
     ] * 3
     cp = s.critical_path()
     assert cp.length_us == s.window_us
     assert cp.breakdown_us["device"] == 18_000
     assert cp.breakdown_us["host"] == pytest.approx(6_000, rel=0.01)
     # removing the avoidable syncs gives the pipelined figure
-    no_sync = sc.worked_example(2, 6, 3, pipelined=False, whatif=WhatIf(drop_waits=sc.DropWaits.AVOIDABLE))
+    no_sync = sc.worked_example(
+        2, 6, 3, pipelined=False, whatif=WhatIfKnobs(drop_waits=sc.DropWaits.AVOIDABLE)
+    )
     assert no_sync.wall_us == pytest.approx(20_000, rel=0.01)
 
 
-ALL_SCENARIOS = [
+READY_MADE = [
     lambda: sc.worked_example(pipelined=False),
     lambda: sc.worked_example(pipelined=True),
     sc.launch_bound_loop,
     sc.item_in_loop,
     sc.pageable_copy_loop,
-    sc.input_bound,
+    sc.input_bound_loop,
     sc.multistream_overlap,
     sc.clean_pipeline,
 ]
 
 
-@pytest.mark.parametrize("build", ALL_SCENARIOS)
-def test_every_ready_made_scenario_is_self_consistent(build: Any) -> None:
-    s: Scenario = build()
+@pytest.mark.parametrize("build", READY_MADE)
+def test_every_ready_made_trace_is_self_consistent(build: Any) -> None:
+    s: SynthTrace = build()
     cp = s.critical_path()
     assert cp.length_us == pytest.approx(s.window_us)
     assert sum(seg.end_us - seg.start_us for seg in cp.segments) == pytest.approx(s.window_us)
@@ -389,27 +394,27 @@ def test_every_ready_made_scenario_is_self_consistent(build: Any) -> None:
     assert sum(g.end_us - g.start_us for g in s.gaps(0.0)) == pytest.approx(s.window_us - s.device_busy_us)
 
 
-def test_bottlenecks_and_sync_expectations_of_the_ready_made_scenarios() -> None:
-    def bottleneck(s: Scenario) -> str:
+def test_bottlenecks_and_sync_expectations_of_the_ready_made_traces() -> None:
+    def bottleneck(s: SynthTrace) -> str:
         b = s.critical_path().breakdown_us
         return max(b, key=lambda k: b[k])
 
     assert bottleneck(sc.launch_bound_loop()) == "host"
     assert sc.launch_bound_loop().device_busy_us / sc.launch_bound_loop().window_us < 0.2
-    assert bottleneck(sc.input_bound()) == "input"
-    assert {g.cause for g in sc.input_bound().gaps()} == {"input"}
+    assert bottleneck(sc.input_bound_loop()) == "input"
+    assert {g.cause for g in sc.input_bound_loop().gaps()} == {"input"}
     assert bottleneck(sc.clean_pipeline()) == "device"
     assert [y.avoidable for y in sc.clean_pipeline().syncs] == [False]
     items = sc.item_in_loop(steps=3).syncs
-    assert [y.kind for y in items] == [SyncKind.SCALAR_READ] * 3 + [SyncKind.BLANKET]
-    assert {y.call_site for y in items[:3]} == {sc.CallSite("train.py", 42, "train_step")}
+    assert [y.kind for y in items] == [ExpectedSyncKind.SCALAR_READ] * 3 + [ExpectedSyncKind.BLANKET]
+    assert {y.call_site for y in items[:3]} == {sc.UserFrame("train.py", 42, "train_step")}
     pageable = sc.pageable_copy_loop(steps=3).syncs
-    assert [y.kind for y in pageable[:3]] == [SyncKind.PAGEABLE_COPY] * 3
+    assert [y.kind for y in pageable[:3]] == [ExpectedSyncKind.PAGEABLE_COPY] * 3
     assert all(y.blocked_us > 1000 for y in pageable[1:3])  # waits behind the previous step's kernels
 
 
 def test_costs_are_configurable() -> None:
-    s = Scenario(costs=Costs(launch_cpu_us=1, launch_latency_us=20))
+    s = SynthTrace(costs=RuntimeCosts(launch_cpu_us=1, launch_latency_us=20))
     s.launch("k", 10)
     (a,) = s.activities
     assert a.start_us == 20 and s.makespan_us == 30
@@ -431,7 +436,7 @@ def test_committed_samples_are_up_to_date(tmp_path: Path) -> None:
     expected = json.loads((SAMPLES_DIR / "expected.json").read_text())
     assert set(expected) == set(make.SAMPLES)
     for name, (build, params, about) in make.SAMPLES.items():
-        fresh = build(WhatIf()).write(tmp_path / name).read_bytes()
+        fresh = build(WhatIfKnobs()).write(tmp_path / name).read_bytes()
         assert (SAMPLES_DIR / name).read_bytes() == fresh, (
             f"{name} is stale: run sample_traces/make_samples.py"
         )

@@ -1,12 +1,12 @@
 """Synthetic Kineto traces from a script of host work, launches, copies and syncs.
 
-``Scenario`` is a builder: each call simulates one host action (see ``scenario_model`` for the timing rules)
+``SynthTrace`` is a builder: each call simulates one host action (see ``synth.simulation`` for the timing rules)
 and records the events torch.profiler would emit for it, in the same shapes (cpu_op / user_annotation /
 python_function spans, cuda_runtime calls with ``ac2g`` flows, kernel / gpu_memcpy / gpu_memset / cuda_sync
-device records, metadata). ``Scenario.write`` produces a ``.json`` or ``.json.gz`` document; the simulated
+device records, metadata). ``SynthTrace.write`` produces a ``.json`` or ``.json.gz`` document; the simulated
 ground truth (window, busy time, steps, syncs, critical path, pipeline figures) is exposed for tests.
 
-Ready-made scenarios and their answers as JSON live in ``stallscope.collector.scenarios``. Pure stdlib.
+Ready-made traces and their answers as JSON live in ``synth.library``. Pure stdlib.
 """
 
 from __future__ import annotations
@@ -19,33 +19,33 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
-from stallscope.collector.scenario_model import (
+from synth.simulation import (
     Activity,
-    CallSite,
-    Costs,
-    CriticalPath,
+    CriticalPathTruth,
     CudaEvent,
     DropWaits,
-    Gap,
+    ExpectedSyncKind,
+    GapTruth,
     JsonDict,
-    ScenarioModel,
+    RuntimeCosts,
+    Simulation,
     StepTruth,
-    SyncKind,
     SyncTruth,
-    WhatIf,
+    UserFrame,
+    WhatIfKnobs,
     _Thread,
 )
 
 __all__ = [
-    "CallSite",
-    "Costs",
-    "CriticalPath",
+    "CriticalPathTruth",
     "CudaEvent",
     "DropWaits",
-    "Pipeline",
-    "Scenario",
-    "SyncKind",
-    "WhatIf",
+    "ExpectedSyncKind",
+    "PipelineFigures",
+    "RuntimeCosts",
+    "SynthTrace",
+    "UserFrame",
+    "WhatIfKnobs",
 ]
 
 DATALOADER_SPAN = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
@@ -60,8 +60,8 @@ _MEMCPY_NAMES = {
 
 
 @dataclass(frozen=True)
-class Pipeline:
-    """Two-stage pipeline figures (DESIGN.md section 4, "Pipeline model")."""
+class PipelineFigures:
+    """Two-stage pipeline figures, serial and pipelined, for P, G and n (DESIGN.md section 4, "Pipeline model")."""
 
     host_prep_us: float
     device_us: float
@@ -71,20 +71,20 @@ class Pipeline:
     bottleneck: str  # "host" or "device"
 
     @staticmethod
-    def of(prep_us: float, device_us: float, batches: int) -> Pipeline:
+    def of(prep_us: float, device_us: float, batches: int) -> PipelineFigures:
         serial = batches * (prep_us + device_us)
         pipelined = prep_us + device_us + (batches - 1) * max(prep_us, device_us)
-        return Pipeline(
+        return PipelineFigures(
             prep_us, device_us, batches, serial, pipelined, "host" if prep_us > device_us else "device"
         )
 
 
-class Scenario:
+class SynthTrace:
     """Script builder and simulator for one synthetic single-rank trace."""
 
     def __init__(
         self,
-        name: str = "scenario",
+        name: str = "synthetic",
         *,
         pid: int = 4242,
         tid: int = 4242,
@@ -94,8 +94,8 @@ class Scenario:
         device_name: str = "NVIDIA H100 80GB HBM3",
         base_ts_us: int = 1_700_000_000_000,
         first_step: int = 1,
-        costs: Costs | None = None,
-        whatif: WhatIf | None = None,
+        costs: RuntimeCosts | None = None,
+        whatif: WhatIfKnobs | None = None,
         device_properties: JsonDict | None = None,
     ) -> None:
         self.name = name
@@ -104,9 +104,9 @@ class Scenario:
         self.world_size = world_size
         self.device_name = device_name
         self.base_ts_us = base_ts_us
-        self.costs = costs or Costs()
-        self.whatif = whatif or WhatIf()
-        self._m = ScenarioModel(pid=pid, tid=tid, device=device, costs=self.costs, whatif=self.whatif)
+        self.costs = costs or RuntimeCosts()
+        self.whatif = whatif or WhatIfKnobs()
+        self._m = Simulation(pid=pid, tid=tid, device=device, costs=self.costs, whatif=self.whatif)
         self._next_step = first_step
 
     # ----- host ------------------------------------------------------------------------------------------
@@ -116,8 +116,8 @@ class Scenario:
         with self._m.span(cat, name, {"External id": self._m.next_ext(), "Record function id": 0}):
             self._m.advance(self._m.host_cost(dur_us))
 
-    def gap(self, dur_us: float) -> None:
-        """Untraced host time (Python between profiled events)."""
+    def untraced(self, dur_us: float) -> None:
+        """Host time outside any traced event (Python between profiled events)."""
         self._m.advance(self._m.host_cost(dur_us))
 
     @contextmanager
@@ -227,7 +227,7 @@ class Scenario:
         pinned: bool = True,
         non_blocking: bool = True,
         stream: int = 7,
-        sync_kind: SyncKind | None = None,
+        sync_kind: ExpectedSyncKind | None = None,
         avoidable: bool = False,
         reasons: tuple[str, ...] = (),
     ) -> int:
@@ -245,9 +245,9 @@ class Scenario:
         pageable = not pinned and kind != "DtoD"
         if sync_kind is None:
             sync_kind = (
-                SyncKind.PAGEABLE_COPY
+                ExpectedSyncKind.PAGEABLE_COPY
                 if pageable and non_blocking
-                else (SyncKind.TO_HOST if kind == "DtoH" else SyncKind.OTHER)
+                else (ExpectedSyncKind.TO_HOST if kind == "DtoH" else ExpectedSyncKind.OTHER)
             )
         group: AbstractContextManager[None] = nullcontext()
         if pageable or not non_blocking:
@@ -278,7 +278,7 @@ class Scenario:
     def synchronize(self, *, avoidable: bool = False, reasons: tuple[str, ...] = ()) -> None:
         """``torch.cuda.synchronize()``: cudaDeviceSynchronize, waits for every stream; "Context Sync"."""
         m = self._m
-        with m.sync_group(SyncKind.BLANKET, m.enclosing_op(), avoidable, reasons):
+        with m.sync_group(ExpectedSyncKind.BLANKET, m.enclosing_op(), avoidable, reasons):
             corr = m.next_corr()
             args = m.device_args(corr, -1)
             t0, t1 = m.block(
@@ -298,7 +298,7 @@ class Scenario:
     ) -> None:
         """``torch.cuda.current_stream().synchronize()``: cudaStreamSynchronize; "Stream Sync"."""
         m = self._m
-        with m.sync_group(SyncKind.STREAM, m.enclosing_op(), avoidable, reasons):
+        with m.sync_group(ExpectedSyncKind.STREAM, m.enclosing_op(), avoidable, reasons):
             self._stream_sync(stream)
 
     def _stream_sync(self, stream: int) -> None:
@@ -331,7 +331,7 @@ class Scenario:
     ) -> None:
         """``event.synchronize()``: cudaEventSynchronize, waits for the recorded point; "Event Sync"."""
         m = self._m
-        with m.sync_group(SyncKind.EVENT, m.enclosing_op(), avoidable, reasons):
+        with m.sync_group(ExpectedSyncKind.EVENT, m.enclosing_op(), avoidable, reasons):
             corr = m.next_corr()
             awaited = None if ev.activity is None else m.activities[ev.activity]
             t0, t1 = m.block("cudaEventSynchronize", corr, self.costs.sync_cpu_us, awaited)
@@ -374,7 +374,7 @@ class Scenario:
         + cudaStreamSynchronize, one ``scalar_read`` sync (as in torch's own traces)."""
         m = self._m
         with (
-            m.sync_group(SyncKind.SCALAR_READ, "aten::item", avoidable, reasons),
+            m.sync_group(ExpectedSyncKind.SCALAR_READ, "aten::item", avoidable, reasons),
             self.op("aten::item"),
             self.op("aten::_local_scalar_dense"),
         ):
@@ -393,7 +393,7 @@ class Scenario:
     ) -> None:
         """``x.to("cuda", non_blocking=...)``: aten::to > _to_copy > copy_ > HtoD cudaMemcpyAsync."""
         m = self._m
-        kind = SyncKind.PAGEABLE_COPY if not pinned and non_blocking else SyncKind.OTHER
+        kind = ExpectedSyncKind.PAGEABLE_COPY if not pinned and non_blocking else ExpectedSyncKind.OTHER
         blocking = not pinned or not non_blocking
         group = m.sync_group(kind, "aten::to", avoidable, reasons) if blocking else nullcontext()
         with group, self.op("aten::to"), self.op("aten::_to_copy"), self.op("aten::copy_"):
@@ -405,7 +405,7 @@ class Scenario:
         """``cudaFree`` (the caching allocator releasing a block, e.g. in ``torch.cuda.empty_cache()``): CUDA
         synchronises the whole device first. One ``allocator`` sync."""
         m = self._m
-        with m.sync_group(SyncKind.ALLOCATOR, m.enclosing_op(), avoidable, reasons):
+        with m.sync_group(ExpectedSyncKind.ALLOCATOR, m.enclosing_op(), avoidable, reasons):
             corr = m.next_corr()
             t0, t1 = m.block("cudaFree", corr, own_us, m.last_on(sorted(m.streams)))
             m.runtime("cudaFree", t0, t1, corr, None)
@@ -486,24 +486,24 @@ class Scenario:
         """Device busy time inside the step's own interval."""
         return self._m.busy_in(step.start_us, step.end_us)
 
-    def critical_path(self) -> CriticalPath:
+    def critical_path(self) -> CriticalPathTruth:
         return self._m.critical_path()
 
-    def gaps(self, min_gap_us: float = 20.0) -> list[Gap]:
+    def gaps(self, min_gap_us: float = 20.0) -> list[GapTruth]:
         """Device idle intervals of at least ``min_gap_us`` in the window, with their simulated cause."""
         return self._m.gaps(min_gap_us)
 
-    def pipeline(self) -> Pipeline | None:
+    def pipeline(self) -> PipelineFigures | None:
         """P = median host prep per step, G = median device time launched per step, n = steps."""
         if not self._m.steps:
             return None
         prep = statistics.median(s.host_prep_us for s in self._m.steps)
         dev = statistics.median(s.launched_device_us for s in self._m.steps)
-        return Pipeline.of(prep, dev, len(self._m.steps))
+        return PipelineFigures.of(prep, dev, len(self._m.steps))
 
     def abs_us(self, rel_us: float) -> float:
         """A relative time on the written trace's clock."""
-        return _num(self.base_ts_us + rel_us)
+        return _as_written(self.base_ts_us + rel_us)
 
     # ----- output ----------------------------------------------------------------------------------------
 
@@ -527,16 +527,17 @@ class Scenario:
         return path
 
 
-def _num(x: float) -> float:
+def _as_written(x: float) -> float:
+    """A µs figure as the trace and the answers write it: rounded to the ns, whole numbers as ints."""
     r = round(x, 3)
     return int(r) if r == int(r) else r
 
 
 def _shift(ev: JsonDict, base: int) -> JsonDict:
     out = {k: v for k, v in ev.items() if k != "flow"}
-    out["ts"] = _num(base + float(ev["ts"]))
+    out["ts"] = _as_written(base + float(ev["ts"]))
     if "dur" in ev:
-        out["dur"] = _num(float(ev["dur"]))
+        out["dur"] = _as_written(float(ev["dur"]))
     return out
 
 
@@ -547,7 +548,7 @@ def _flow(ph: str, corr: int, pid: int, tid: int, ts: float) -> JsonDict:
     return ev
 
 
-def _kineto_document(sc: Scenario, m: ScenarioModel) -> JsonDict:
+def _kineto_document(sc: SynthTrace, m: Simulation) -> JsonDict:
     """Assemble the document in Kineto's order: host spans, python frames, device/runtime pairs, metadata."""
     base = sc.base_ts_us
     host = sorted(
@@ -564,20 +565,22 @@ def _kineto_document(sc: Scenario, m: ScenarioModel) -> JsonDict:
         corr = int(rt["args"]["correlation"])
         for d in by_corr.get(corr, []):
             events.append(_shift(d, base))
-            events.append(_flow("f", corr, m.device, int(d["tid"]), _num(base + float(d["ts"]))))
+            events.append(_flow("f", corr, m.device, int(d["tid"]), _as_written(base + float(d["ts"]))))
         events.append(_shift(rt, base))
         if rt["flow"] is not None:
-            events.append(_flow(str(rt["flow"]), corr, m.pid, int(rt["tid"]), _num(base + float(rt["ts"]))))
+            events.append(
+                _flow(str(rt["flow"]), corr, m.pid, int(rt["tid"]), _as_written(base + float(rt["ts"])))
+            )
     lo, hi = m.extent()
     start, end = min(lo, 0.0), hi
-    events += _metadata(sc, m, _num(base + start))
-    trace_ts = _num(base + start)
+    events += _metadata(sc, m, _as_written(base + start))
+    trace_ts = _as_written(base + start)
     events.append(
         {
             "ph": "X",
             "cat": "Trace",
             "ts": trace_ts,
-            "dur": _num(end - start),
+            "dur": _as_written(end - start),
             "pid": "Spans",
             "tid": "PyTorch Profiler",
             "name": "PyTorch Profiler (0)",
@@ -588,7 +591,14 @@ def _kineto_document(sc: Scenario, m: ScenarioModel) -> JsonDict:
     iteration = {"name": "Iteration Start: PyTorch Profiler", "ph": "i", "s": "g", "pid": "Traces"}
     events.append(iteration | {"tid": "Trace PyTorch Profiler", "ts": trace_ts})
     events.append(
-        {"name": "Record Window End", "ph": "i", "s": "g", "pid": "", "tid": "", "ts": _num(base + end + 10)}
+        {
+            "name": "Record Window End",
+            "ph": "i",
+            "s": "g",
+            "pid": "",
+            "tid": "",
+            "ts": _as_written(base + end + 10),
+        }
     )
     return {
         "schemaVersion": 1,
@@ -607,7 +617,7 @@ def _kineto_document(sc: Scenario, m: ScenarioModel) -> JsonDict:
 
 
 def _trace_id(name: str) -> str:
-    """A stable 32-hex-digit id derived from the scenario name (no randomness)."""
+    """A stable 32-hex-digit id derived from the trace name (no randomness)."""
     acc = 0
     for ch in name.encode():
         acc = (acc * 131 + ch) % (1 << 128)
@@ -618,7 +628,7 @@ def _meta(name: str, ts: float, pid: int | str, tid: int, args: JsonDict) -> Jso
     return {"name": name, "ph": "M", "ts": ts, "pid": pid, "tid": tid, "args": args}
 
 
-def _metadata(sc: Scenario, m: ScenarioModel, ts: float) -> list[JsonDict]:
+def _metadata(sc: SynthTrace, m: Simulation, ts: float) -> list[JsonDict]:
     d = m.device
     out = [
         _meta("process_name", ts, m.pid, 0, {"name": "python3"}),
