@@ -12,7 +12,6 @@ import venv
 from pathlib import Path
 
 import pytest
-import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_traces" / "worked_example_serial.pt.trace.json.gz"
@@ -34,6 +33,7 @@ for _ in range(6):
 
 
 def _pyproject() -> dict[str, object]:
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11 and newer
     return tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 
@@ -54,20 +54,19 @@ def _env() -> dict[str, str]:
     return env
 
 
-def test_every_package_folder_is_installed_under_stallscope() -> None:
+def test_every_folder_is_installed_under_stallscope() -> None:
     # GIVEN the packages pyproject.toml installs and where package-dir takes each from
     tool = _pyproject()["tool"]
     assert isinstance(tool, dict)
     listed = set(tool["setuptools"]["packages"])
     mapping = tool["setuptools"]["package-dir"]
-    # WHEN every folder holding an __init__.py is named as it will be imported
+    # WHEN every folder of the source (packages and the dashboard's data folders) is named as it is imported
     found = set()
     for name, folder in mapping.items():
-        for init in (ROOT / folder).rglob("__init__.py"):
-            rel = init.parent.relative_to(ROOT / folder)
-            inner = [p for p in rel.parts if p]
-            if inner and inner[0] in COMPONENTS and name == "stallscope":
-                continue  # never nested in the checkout; listed under its own mapping
+        for path in [ROOT / folder, *(p for p in (ROOT / folder).rglob("*") if p.is_dir())]:
+            inner = path.relative_to(ROOT / folder).parts
+            if "__pycache__" in inner or (name == "stallscope" and inner and inner[0] in COMPONENTS):
+                continue  # a component is never nested in the checkout; it has its own mapping
             found.add(".".join([name, *inner]))
     # THEN the list is exactly the folders, and every name is under stallscope
     assert found == listed
