@@ -12,7 +12,7 @@ A real trace from ../shared/traces is tiled end to end (../shared/tools/tile_tra
   stallscope analyze cold load plus every analysis pass and the JSON document (a first `analyze`), in
                      process; its stages are printed below the table
   analyze --json CLI `stallscope analyze TRACE --json OUT -q` as a user runs it (parsing with a decode
-                     worker where there is a second core, see README), timed from process start
+                     worker where there is a second core, see docs/analysis.md), timed from process start
                      to exit (interpreter, imports, writing OUT, finishing the cache write): cold (empty
                      cache), then warm (the same command again: the answer cache); its memory is the
                      larger of its processes' peak RSS and the peak of their summed PSS (the command

@@ -23,6 +23,7 @@ seconds per GiB, which shows as growth at the largest sizes).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import subprocess
@@ -42,13 +43,13 @@ from bench_load import DEFAULT_SOURCE, tiled_trace  # noqa: E402
 CHILD = r"""
 import json, resource, sys, time
 from pathlib import Path
-try:  # one import name, the analyzer in layers
+if sys.argv[3] == "one-name":  # one import name, the analyzer in layers
     import stallscope.analyzer as analyzer
     from stallscope.analyzer.analysis import analyze_model
     from stallscope.analyzer.load.loader import load_file
     from stallscope.analyzer.document.encoding import encode_json
     from stallscope.analyzer.document.analysis import encoded_document
-except ImportError:  # a --baseline revision from before them (top-level analyzer)
+else:  # a --baseline revision from before them (a top-level analyzer)
     import analyzer
     from analyzer.analysis import analyze_model
     from analyzer.loader import load_file
@@ -110,21 +111,27 @@ class Tree:
     cache: Path  # XDG_CACHE_HOME of its children (--warm)
 
 
-def import_root(root: Path) -> Path:
-    """Where a child imports ``root``'s code from: a tree installed as one import name (pyproject's
-    package-dir) through its tree of links (``dev.link_tree``), an older one from its root."""
+@functools.cache
+def import_root(root: Path) -> tuple[Path, str]:
+    """Where a child imports ``root``'s code from, and its layout: a tree installed as one import name
+    (pyproject's package-dir) through its tree of links (``dev.link_tree``, made and byte-compiled once,
+    as an install is: no child compiles a module inside a timed stage), an older one from its root."""
     if "package-dir" not in (root / "pyproject.toml").read_text():
-        return root
+        return root, "top-level"
     from dev import link_tree
 
-    return link_tree(root)
+    tree = link_tree(root)
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", str(tree)], check=True, stdout=subprocess.DEVNULL
+    )
+    return tree, "one-name"
 
 
 def run_child(tree: Tree, trace: Path, warm: bool, clock: str = "wall") -> dict[str, Any]:
     """One child process in ``tree`` (its import root comes first on ``sys.path``)."""
-    where = import_root(tree.root)
+    where, layout = import_root(tree.root)
     env = {**os.environ, "XDG_CACHE_HOME": str(tree.cache), "PYTHONPATH": str(where)}
-    args = [sys.executable, "-c", CHILD, str(trace), "warm" if warm else "cold"]
+    args = [sys.executable, "-c", CHILD, str(trace), "warm" if warm else "cold", layout]
     done = subprocess.run(args, capture_output=True, text=True, env=env, cwd=where, check=False)
     if done.returncode != 0:
         raise SystemExit(f"benchmark child failed in {tree.root}:\n{done.stderr[-3000:]}")

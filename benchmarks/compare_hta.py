@@ -11,7 +11,7 @@ that *is* HTA's output (``*overlaid_critical_path*``) it also reads HTA's critic
 All times are microseconds. HTA's figures are over HTA's own span (see docs/validation.md).
 
 ``--embedded`` checks instead that a trace carrying stallscope's sidecar under its top-level
-``"stallscope"`` key (``collector/embed.py``, what ``stallscope profile`` writes) reads in HTA exactly as
+``"stallscope"`` key (``stallscope.collector.embed``, what ``stallscope profile`` writes) reads in HTA exactly as
 the same trace without it: for each trace, HTA's figures on the original and on an embedded copy must be
 equal (load time aside), and the copy must stay one JSON object with the same Kineto keys.
 """

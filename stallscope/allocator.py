@@ -5,7 +5,7 @@ At tens of millions of events every column is tens of MB: glibc serves each such
 ``mmap`` and gives it back on ``free``, so each of the passes' temporaries is memory the kernel must find
 and zero again, and numpy asks for transparent huge pages for large arrays, which the kernel may compact
 memory to provide. On a 10M-event trace that was 3-4 s of kernel time; with large blocks taken from the
-heap and kept there once freed, and no huge-page requests, 1 s (``benchmarks/RESULTS.md``). The peak is
+heap and kept there once freed, and no huge-page requests, 1 s (``docs/performance.md``). The peak is
 about the same (freed blocks are reused, not added to; +10 MB at 1M events). The process gives it all
 back when it exits.
 """
