@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields, replace
 
 from stallscope.analyzer import selfcheck
 from stallscope.analyzer.core import intervals
-from stallscope.analyzer.core.model import TraceModel, TraceSet
+from stallscope.analyzer.core.model import F64, TraceModel, TraceSet
 from stallscope.analyzer.evidence import Evidence, Options
 from stallscope.analyzer.findings.base import Finding
 from stallscope.analyzer.findings.registry import find_findings
@@ -22,13 +22,14 @@ from stallscope.analyzer.load.sidecar import Sidecar
 from stallscope.analyzer.passes.critical import CriticalPath, critical_path
 from stallscope.analyzer.passes.gaps import Cause, Gap, find_gaps
 from stallscope.analyzer.passes.pipeline import pipeline_model
-from stallscope.analyzer.passes.replay import Scenario, make_frame
+from stallscope.analyzer.passes.replay import Frame, Scenario, make_frame
 from stallscope.analyzer.passes.runtiming import run_timing
-from stallscope.analyzer.passes.syncs import find_syncs
+from stallscope.analyzer.passes.syncs import Sync, find_syncs
 from stallscope.analyzer.passes.tops import TOP, Tops, top_tables
 from stallscope.analyzer.passes.verdict import decide
 from stallscope.analyzer.passes.whatif import WhatIfReport, host_only, scenario_costs, what_if
 from stallscope.analyzer.passes.window import (
+    DeviceUsage,
     Window,
     busy_intervals,
     device_usage,
@@ -126,35 +127,11 @@ def analyze_model(
     frame = make_frame(graph, window.start_us, window.end_us, lane, inputs)
     critical = critical_path(graph, window.start_us, window.end_us, lane, inputs)
     say("gaps")
-    gaps: list[Gap] = []
-    idle: dict[Cause, float] = {c: 0.0 for c in Cause}
-    bubbles: dict[int, float] = {}
-    for d in devices:
-        report = find_gaps(
-            model,
-            graph,
-            d.id,
-            busy_intervals(model, d.id, window),
-            window.start_us,
-            window.end_us,
-            inputs,
-            opts.min_gap_us,
-        )
-        gaps.extend(report.gaps)
-        if d.id == main:
-            idle = report.idle_by_cause
-            bubbles = report.bubble_us
+    gaps, idle, bubbles = _gaps(model, graph, devices, main, window, inputs, opts.min_gap_us)
     say("syncs")
     syncs = find_syncs(model, graph, bubbles, window.start_us, window.end_us, sidecar)
     say("what-if")
-    avoidable_calls = frozenset(c for s in syncs if s.avoidable for c in s.calls)
-    policy = opts.avoidable or (lambda _m, _g, _s, _e: avoidable_calls)
-    scenarios = scenario_costs(model, graph, frame, policy)
-    whatif = (
-        what_if(graph, frame, scenarios)
-        if main is not None
-        else host_only(window.dur_us, critical, scenarios)
-    )
+    whatif = _what_if(model, graph, frame, critical, main, window, syncs, opts)
     notes = _notes(whatif, critical, _unlinked_share(graph, main, window), window)
     saving = max(whatif.saving(Scenario.NO_AVOIDABLE_SYNCS), whatif.saving(Scenario.INPUT_OVERLAPPED), 0.0)
     util = summary.device_utilization if main is not None else None
@@ -177,7 +154,7 @@ def analyze_model(
         summary,
         graph=graph,
         critical=critical,
-        gaps=tuple(gaps),
+        gaps=gaps,
         idle_by_cause=idle,
         bubble_us=bubbles,
         whatif=whatif,
@@ -195,6 +172,50 @@ def analyze_model(
     tops = top_tables(model, window.start_us, window.end_us)
     say("self-check")
     return Analysis.of(evidence, findings, selfcheck.check(evidence), tops)
+
+
+def _gaps(
+    model: TraceModel,
+    graph: Graph,
+    devices: tuple[DeviceUsage, ...],
+    main: int | None,
+    window: Window,
+    inputs: dict[int, tuple[F64, F64]],
+    min_gap_us: float,
+) -> tuple[tuple[Gap, ...], dict[Cause, float], dict[int, float]]:
+    """Every device's gaps; the idle by cause and the bubble each blocking call left are the main
+    device's (the summary's)."""
+    gaps: list[Gap] = []
+    idle: dict[Cause, float] = {c: 0.0 for c in Cause}
+    bubbles: dict[int, float] = {}
+    for d in devices:
+        busy = busy_intervals(model, d.id, window)
+        report = find_gaps(model, graph, d.id, busy, window.start_us, window.end_us, inputs, min_gap_us)
+        gaps.extend(report.gaps)
+        if d.id == main:
+            idle = report.idle_by_cause
+            bubbles = report.bubble_us
+    return tuple(gaps), idle, bubbles
+
+
+def _what_if(
+    model: TraceModel,
+    graph: Graph,
+    frame: Frame,
+    critical: CriticalPath,
+    main: int | None,
+    window: Window,
+    syncs: tuple[Sync, ...],
+    opts: Options,
+) -> WhatIfReport:
+    """The scenarios' costs (no_avoidable_syncs drops the avoidable syncs' waits unless the options say
+    otherwise) and their replays; a run without device work has no replay, only its host path."""
+    avoidable_calls = frozenset(c for s in syncs if s.avoidable for c in s.calls)
+    policy = opts.avoidable or (lambda _m, _g, _s, _e: avoidable_calls)
+    scenarios = scenario_costs(model, graph, frame, policy)
+    if main is None:
+        return host_only(window.dur_us, critical, scenarios)
+    return what_if(graph, frame, scenarios)
 
 
 def analyze(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from stallscope.analyzer.passes.critical import Kind
 from stallscope.analyzer.passes.syncs import SyncKind
 
 #: the caching allocator synchronising in the steady state (cudaFree/cudaMalloc)
@@ -112,6 +113,35 @@ UNSYNCHRONIZED_READBACK = (
     "reading: `out = x.to('cpu', non_blocking=True); ev = torch.cuda.Event(); ev.record(); ...; "
     "ev.synchronize(); use(out)`."
 )
+
+#: a rank that arrived late at a collective (a job's ``straggler`` finding), by why it was late
+STRAGGLER: dict[str, str] = {
+    Kind.INPUT.value: (
+        "Its data loading was slow: give the DataLoader more workers (`num_workers`), `pin_memory=True` and "
+        "`prefetch_factor`, or move decoding/augmentation off the training process, so batches are ready."
+    ),
+    Kind.HOST.value: (
+        "Its host did more work than the other ranks before the collective: balance the per-rank work "
+        "(uneven shards, sequence lengths or embedding tables, rank-0-only logging or checkpointing)."
+    ),
+    Kind.SYNC.value: (
+        "It blocked on the device before the collective: remove or defer the sync at the site named "
+        "(`.item()`, `.cpu()`, `torch.cuda.synchronize()`), e.g. log every N steps on rank 0."
+    ),
+    Kind.DEVICE.value: (
+        "Its GPU had more to compute than the others: balance the per-rank compute (shapes, sharding), "
+        "or check that GPU for throttling."
+    ),
+    Kind.LAUNCH.value: (
+        "Kernel launches held it back: fewer, larger kernels (fusion, `torch.compile`, CUDA graphs)."
+    ),
+    Kind.IDLE.value: "Its critical path waited on other streams: look at its own timeline before the collective.",
+    "unknown": (
+        "No kind of work in the interval explains it from this rank's trace. When it began the interval late, "
+        "the delay came from before (the previous step, or its profiler started later): compare its "
+        "timeline with a punctual rank's there."
+    ),
+}
 
 _TENSOR_CORES_TF32 = (
     "Let matmuls use the tensor cores: `torch.backends.cuda.matmul.allow_tf32 = True` and "

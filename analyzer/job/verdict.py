@@ -10,6 +10,7 @@ from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 
+from stallscope.analyzer.findings import advice
 from stallscope.analyzer.findings.base import Severity
 from stallscope.analyzer.job.align import Instance, align_clocks, match
 from stallscope.analyzer.job.result import (
@@ -23,35 +24,6 @@ from stallscope.analyzer.job.result import (
 )
 from stallscope.analyzer.job.stragglers import MIN_LATE_US, instance_results
 from stallscope.analyzer.job.tables import RankFailure, RankTable
-from stallscope.analyzer.passes.critical import Kind
-
-ADVICE: dict[str, str] = {
-    Kind.INPUT.value: (
-        "Its data loading was slow: give the DataLoader more workers (`num_workers`), `pin_memory=True` and "
-        "`prefetch_factor`, or move decoding/augmentation off the training process, so batches are ready."
-    ),
-    Kind.HOST.value: (
-        "Its host did more work than the other ranks before the collective: balance the per-rank work "
-        "(uneven shards, sequence lengths or embedding tables, rank-0-only logging or checkpointing)."
-    ),
-    Kind.SYNC.value: (
-        "It blocked on the device before the collective: remove or defer the sync at the site named "
-        "(`.item()`, `.cpu()`, `torch.cuda.synchronize()`), e.g. log every N steps on rank 0."
-    ),
-    Kind.DEVICE.value: (
-        "Its GPU had more to compute than the others: balance the per-rank compute (shapes, sharding), "
-        "or check that GPU for throttling."
-    ),
-    Kind.LAUNCH.value: (
-        "Kernel launches held it back: fewer, larger kernels (fusion, `torch.compile`, CUDA graphs)."
-    ),
-    Kind.IDLE.value: "Its critical path waited on other streams: look at its own timeline before the collective.",
-    "unknown": (
-        "No kind of work in the interval explains it from this rank's trace. When it began the interval late, "
-        "the delay came from before (the previous step, or its profiler started later): compare its "
-        "timeline with a punctual rank's there."
-    ),
-}
 
 
 def analyze_job(
@@ -204,7 +176,18 @@ def _findings(instances: tuple[InstanceResult, ...], wall: float, nranks: int) -
             f"the other {nranks - 1} ranks waited {_ms(waited)} each on average"
         )
         out.append(
-            JobFinding("straggler", severity, rank, cause, title, site, len(group), late, late, ADVICE[cause])
+            JobFinding(
+                "straggler",
+                severity,
+                rank,
+                cause,
+                title,
+                site,
+                len(group),
+                late,
+                late,
+                advice.STRAGGLER[cause],
+            )
         )
     return tuple(sorted(out, key=lambda f: (-f.time_us, f.rank)))
 
