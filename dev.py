@@ -25,11 +25,8 @@ BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 PY = BIN / "python"
 STAMP = VENV / ".stallscope-setup"
 TORCH = "torch==2.13.0"  # the CPU wheel for development and CI; users bring their own (CUDA) torch
-COMPONENTS = (
-    "analyzer",
-    "collector",
-    "dashboard",
-)  # installed as stallscope.<name> (pyproject's package-dir)
+# the root folders installed as stallscope.<name> (pyproject's package-dir)
+COMPONENTS = ("analyzer", "collector", "dashboard")
 DEMO_SCRIPT = ROOT / "examples" / "item_logging.py"  # profiled end to end: `.item()` every step
 
 
