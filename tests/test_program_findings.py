@@ -17,8 +17,7 @@ torch = pytest.importorskip("torch")
 
 from stallscope.analyzer.analysis import Analysis, analyze  # noqa: E402
 from stallscope.analyzer.document.analysis import to_json  # noqa: E402
-from stallscope.analyzer.findings.advice import DECODE as DECODE_ADVICE  # noqa: E402
-from stallscope.analyzer.findings.advice import input_bound as input_advice  # noqa: E402
+from stallscope.analyzer.findings import advice  # noqa: E402
 from stallscope.analyzer.findings.latent import UNMEASURED  # noqa: E402
 from stallscope.analyzer.load.loader import load  # noqa: E402
 from stallscope.collector import session  # noqa: E402
@@ -143,7 +142,7 @@ def test_decode_loop_gets_decode_advice(tmp_path: Path) -> None:
     # THEN it is one decode finding at that line (the token came from the model: device-bound)
     (f,) = [f for f in a.findings if f.rule.startswith("would_sync")]
     assert (f.rule, f.call_site.line if f.call_site else None) == ("would_sync_decode", 14)
-    assert f.advice == DECODE_ADVICE
+    assert f.advice == advice.DECODE
     assert f.count >= 3
     assert side["run"]["step_source"] == "explicit"
     # AND every view says its cost cannot be measured here, not that it is free
@@ -162,7 +161,7 @@ def test_generate_loop_gets_decode_advice(tmp_path: Path) -> None:
     (f,) = [f for f in a.findings if f.rule.startswith("would_sync")]
     line = line_of(GENERATE, "out[0, -1].item()")
     assert (f.rule, f.call_site.line if f.call_site else None) == ("would_sync_decode", line)
-    assert f.advice == DECODE_ADVICE
+    assert f.advice == advice.DECODE
 
 
 def test_dataloader_workers_are_recorded(tmp_path: Path) -> None:
@@ -173,9 +172,9 @@ def test_dataloader_workers_are_recorded(tmp_path: Path) -> None:
 
 def test_input_advice_knows_the_workers() -> None:
     loaders = [{"num_workers": 2, "batch_size": 8, "pin_memory": False, "prefetch_factor": 2}]
-    advice = input_advice({"dataloaders": loaders})
-    assert "already has num_workers=2" in advice
-    assert "`num_workers=4`" in advice and "`prefetch_factor=4`" in advice and "pin_memory=True" in advice
-    assert "`__getitem__`" in advice
-    assert "num_workers=N" in input_advice({"dataloaders": [{"num_workers": 0}]})
-    assert "num_workers=N" in input_advice({})
+    text = advice.input_bound({"dataloaders": loaders})
+    assert "already has num_workers=2" in text
+    assert "`num_workers=4`" in text and "`prefetch_factor=4`" in text and "pin_memory=True" in text
+    assert "`__getitem__`" in text
+    assert "num_workers=N" in advice.input_bound({"dataloaders": [{"num_workers": 0}]})
+    assert "num_workers=N" in advice.input_bound({})
