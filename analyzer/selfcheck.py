@@ -20,7 +20,7 @@ _LIFETIME_SLACK_US = 50.0  # segments may overhang a thread's recorded events by
 
 
 def check(a: Evidence) -> tuple[str, ...]:
-    """Every contradiction found in the finished analysis ``a``."""
+    """Every contradiction between the numbers of the passes' evidence ``a``."""
     out: list[str] = []
     _verdict(a, out)
     _gaps(a, out)

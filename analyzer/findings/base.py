@@ -34,6 +34,11 @@ def sync_where(s: Sync) -> str:
     return f" at {s.call_site}" if s.call_site else f" in {s.op or s.api} (no python stack)"
 
 
+def sync_site_key(s: Sync) -> object:
+    """One user-level call: its line, or without stacks its op and API (how sync findings group syncs)."""
+    return s.call_site if s.call_site else (s.op, s.api)
+
+
 def site_key(f: Finding) -> object:
     """What makes two findings about the same place: the call site, else the op."""
     return f.call_site if f.call_site is not None else ("op", f.op)

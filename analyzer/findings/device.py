@@ -1,8 +1,8 @@
 """Findings about the device itself: allocator syncs, GEMMs that skip the tensor cores, memory near the
 device's capacity, and autoregressive decode loops that read every token back.
 
-Like the rules of ``stallscope.analyzer.findings.host``, each rule is a pure function ``rule(a) -> list[Finding]`` over the
-finished analysis (syncs, steps, graph, what-if replays, the model's devices); it changes nothing. Times are
+As every rule (``registry``), each is a pure function ``rule(evidence) -> list[Finding]`` over what the passes
+found (syncs, steps, graph, what-if replays, the model's devices); it changes nothing. Times are
 µs on the trace clock.
 """
 
@@ -17,16 +17,11 @@ from stallscope.analyzer.core.model import Device
 from stallscope.analyzer.core.names import EventKind, gemm_kind
 from stallscope.analyzer.evidence import Evidence
 from stallscope.analyzer.findings import advice
-from stallscope.analyzer.findings.base import Finding, Severity, severity, sync_where
+from stallscope.analyzer.findings.base import Finding, Severity, severity, sync_site_key, sync_where
 from stallscope.analyzer.passes.replay import Costs, Scenario, replay_ends
 from stallscope.analyzer.passes.syncs import Sync, SyncKind
 
 # ----- allocator syncs ---------------------------------------------------------------------------------
-
-
-def _site_key(s: Sync) -> object:
-    """One user-level call: its line, or without stacks its op and API (as ``false_syncs`` groups)."""
-    return s.call_site if s.call_site else (s.op, s.api)
 
 
 def allocator_syncs(a: Evidence) -> list[Finding]:
@@ -41,9 +36,9 @@ def allocator_syncs(a: Evidence) -> list[Finding]:
         if s.kind != SyncKind.ALLOCATOR:
             continue
         if s.avoidable:
-            reported.add(_site_key(s))
+            reported.add(sync_site_key(s))
         elif s.step >= 1:
-            groups.setdefault(_site_key(s), []).append(s)
+            groups.setdefault(sync_site_key(s), []).append(s)
     out = []
     for key, syncs in groups.items():
         if key in reported:
@@ -203,7 +198,7 @@ def autoregressive_readback(a: Evidence) -> list[Finding]:
     groups: dict[object, list[Sync]] = {}
     for s in a.syncs:
         if s.kind in (SyncKind.SCALAR_READ, SyncKind.TO_HOST) and s.step >= 0:
-            groups.setdefault((_site_key(s), s.kind), []).append(s)
+            groups.setdefault((sync_site_key(s), s.kind), []).append(s)
     out = []
     for syncs in groups.values():
         steps = [s.step for s in syncs]

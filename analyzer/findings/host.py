@@ -9,7 +9,7 @@ from stallscope.analyzer.core.arrays import distinct
 from stallscope.analyzer.core.numbers import ratio
 from stallscope.analyzer.evidence import Evidence
 from stallscope.analyzer.findings import advice
-from stallscope.analyzer.findings.base import Finding, Severity, severity, sync_where
+from stallscope.analyzer.findings.base import Finding, Severity, severity, sync_site_key, sync_where
 from stallscope.analyzer.passes.critical import Kind
 from stallscope.analyzer.passes.gaps import Cause
 from stallscope.analyzer.passes.replay import Scenario
@@ -34,7 +34,7 @@ def false_syncs(a: Evidence) -> list[Finding]:
     groups: dict[tuple[object, SyncKind], list[Sync]] = {}
     for s in a.syncs:
         if s.avoidable:
-            key = (s.call_site if s.call_site else (s.op, s.api), s.kind)
+            key = (sync_site_key(s), s.kind)
             groups.setdefault(key, []).append(s)
     if not groups:
         return []

@@ -1,9 +1,8 @@
 """Findings about streams: copies serialized with compute, streams that never overlap, and a non_blocking
 device-to-host copy read back without waiting for it.
 
-Like the rules of ``stallscope.analyzer.findings.host``, each rule is a pure function ``rule(a) -> list[Finding]`` over the
-finished analysis: it reads the dependency graph, the window, the critical path and the model, and changes
-nothing. Times are µs on the trace clock.
+As every rule (``registry``), each is a pure function ``rule(evidence) -> list[Finding]`` over what the passes
+found: it reads the dependency graph, the window, the critical path and the model, and changes nothing. Times are µs on the trace clock.
 """
 
 from __future__ import annotations

@@ -30,8 +30,8 @@ class WhatIfReport:
     results: tuple[WhatIf, ...]
     window_us: float = 0.0  # the baseline every view shows ("as recorded"): the window
     sensitivity_us: dict[str, float] = field(default_factory=dict)  # kind -> saving of its speed-up
-    costs: dict[Scenario, Costs] = field(default_factory=dict)  # what each scenario changed (the dashboard
-    # replays one to draw its re-timed timeline)
+    #: what each scenario changed in the graph's costs (the dashboard replays one to draw its timeline)
+    costs: dict[Scenario, Costs] = field(default_factory=dict)
 
     @property
     def overrun_us(self) -> float:
