@@ -40,6 +40,7 @@ def reference_replay(g: Graph, f: Frame, costs: Costs) -> Times:
     a_call, a_prev, a_lat, a_gap, a_hold = L["a_call"], L["a_prev"], L["a_lat"], L["a_gap"], L["a_hold"]
     a_start, a_end, a_dur, from_return = L["a_start"], L["a_end"], L["a_dur"], L["from_return"]
     hs, ds, ins, ls = costs.host_scale, costs.device_scale, costs.input_scale, costs.launch_scale
+    cs = ds if costs.comm_scale is None else costs.comm_scale  # collectives' scale
     call_in, act_in, gap_input, offsets = f.call_in, f.act_in, f.gap_input, f.act_wait_offset
     nan = float("nan")
     new_cs, new_ce = [nan] * g.calls, [nan] * g.calls
@@ -105,7 +106,7 @@ def reference_replay(g: Graph, f: Frame, costs: Costs) -> Times:
                 if after > s:
                     s = after
             new_as[i] = s
-            new_ae[i] = s + (a_dur[i] * ds if inside else a_dur[i])
+            new_ae[i] = s + (a_dur[i] * (cs if g.act_comm[i] else ds) if inside else a_dur[i])
     ce = np.array(new_ce)
     for i in np.flatnonzero(np.isnan(ce)).tolist():
         ce[i] = end_of(i)

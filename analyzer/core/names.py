@@ -8,6 +8,9 @@ from __future__ import annotations
 import re
 from enum import IntEnum
 
+import numpy as np
+import numpy.typing as npt
+
 
 class EventKind(IntEnum):
     """What an event is, independent of how a torch version spelled its category."""
@@ -257,3 +260,27 @@ def gemm_kind(name: str) -> str:
     if _TENSOR_CORE.search(name):
         return "tensor_core"
     return "fp32" if _FP32_GEMM.search(name) else ""
+
+
+#: collective communication kernels: NCCL/RCCL/MSCCL (``ncclKernel_AllReduce_...``, ``ncclDevKernel_Generic``,
+#: ``rcclKernel...``), and ROCm's and others' all-reduce/all-gather kernels named after the collective
+_COLLECTIVE = re.compile(
+    r"(?<![a-z])(?:nccl|rccl|msccl)|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|sendrecv",
+    re.IGNORECASE,
+)
+
+
+def is_collective(name: str) -> bool:
+    """A device activity that moves data between ranks (a collective or point-to-point kernel)."""
+    return _COLLECTIVE.search(name) is not None
+
+
+def collective_strings(strings: tuple[str, ...], names: npt.NDArray[np.int32]) -> npt.NDArray[np.bool_]:
+    """Per name index in ``names`` (indices into ``strings``), whether it names a collective kernel: each
+    distinct string is classified once."""
+    out = np.zeros(len(names), dtype=np.bool_)
+    if not len(names):
+        return out
+    ids, inverse = np.unique(names, return_inverse=True)
+    flags = np.array([is_collective(strings[i]) if i >= 0 else False for i in ids.tolist()], dtype=np.bool_)
+    return np.asarray(flags[inverse.ravel()])

@@ -44,3 +44,8 @@ def bounded_int(value: Any, limit: int = 2**63 - 1) -> int | None:
 def ratio(part: float, whole: float) -> float:
     """``part / whole``, or 0.0 when ``whole`` is not positive (a window, busy time or count of zero)."""
     return part / whole if whole > 0 else 0.0
+
+
+def duration_text(us: float) -> str:
+    """A duration in µs as every view writes it: ``1,234.56 ms`` from a millisecond up, else ``12.3 µs``."""
+    return f"{us / 1000:,.2f} ms" if abs(us) >= 1000 else f"{us:,.1f} µs"

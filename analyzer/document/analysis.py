@@ -93,6 +93,11 @@ def _document(a: Analysis, encoded: bool) -> dict[str, Any]:
                 "busy_us": d.busy_us,
                 "idle_us": d.idle_us,
                 "utilization": d.utilization,
+                "busy_split_us": {
+                    "compute": d.compute_us,
+                    "communication": d.communication_us,
+                    "copies": d.copy_us,
+                },
             }
             for d in a.devices
         ],

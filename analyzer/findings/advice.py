@@ -68,6 +68,15 @@ LAUNCH_BOUND = (
     "work per kernel."
 )
 
+COMMUNICATION = (
+    "Overlap the collectives with compute: DDP already all-reduces gradient buckets during the backward "
+    "pass (tune `bucket_cap_mb`, set `gradient_as_bucket_view=True`, keep `torch.cuda.synchronize()` and "
+    "`.item()` out of the backward), FSDP prefetches (`forward_prefetch=True`, `backward_prefetch`); "
+    "bucket many small collectives into fewer large ones; and find whom they wait for: one rank's trace "
+    "cannot tell time spent waiting for a late rank from transfer time, so run `stallscope analyze FOLDER` "
+    "on every rank's trace of the job: its stragglers say which rank made the others wait."
+)
+
 LOW_UTILIZATION = (
     "Fix the findings above first; then raise the work per step (batch size, fused kernels) so the "
     "device has more to do per host step."

@@ -15,9 +15,11 @@ import numpy as np
 from stallscope.analyzer.core.arrays import distinct
 from stallscope.analyzer.core.model import Device
 from stallscope.analyzer.core.names import EventKind, gemm_kind
+from stallscope.analyzer.core.numbers import duration_text, ratio
 from stallscope.analyzer.evidence import Evidence
 from stallscope.analyzer.findings import advice
 from stallscope.analyzer.findings.base import Finding, Severity, severity, sync_site_key, sync_where
+from stallscope.analyzer.passes.critical import Kind
 from stallscope.analyzer.passes.replay import Costs, Scenario, replay_ends
 from stallscope.analyzer.passes.syncs import Sync, SyncKind
 
@@ -74,6 +76,45 @@ def _saving_without(a: Evidence, calls: frozenset[int]) -> float:
     return max(base - without, 0.0)
 
 
+# ----- communication -----------------------------------------------------------------------------------
+
+_COMM_PATH_SHARE = 0.10  # collectives' share of the critical path before the rule speaks
+
+
+def communication_bound(a: Evidence) -> list[Finding]:
+    """Collective kernels (NCCL/RCCL) on the critical path: at least 10% of it, or a 2x faster
+    communication saving 5% of the window. Cost: their time on the path; saving: the
+    ``communication_overlapped`` replay (collectives take no time on their streams), which models what
+    overlapping them with compute could win at most."""
+    cp, w = a.critical, a.whatif
+    if cp is None or w is None or a.main_device is None:
+        return []
+    on_path = cp.breakdown_us.get(Kind.COMMUNICATION, 0.0)
+    window = a.window.dur_us
+    if on_path < _COMM_PATH_SHARE * window and w.sensitivity_us.get("communication", 0.0) < 0.05 * window:
+        return []
+    usage = next((d for d in a.devices if d.id == a.main_device), None)
+    split = (
+        f"; the GPU ran compute {ratio(usage.compute_us, window):.0%} of the window, collectives alone "
+        f"{ratio(usage.communication_us, window):.0%}"
+        if usage is not None
+        else ""
+    )
+    return [
+        Finding(
+            "communication_bound",
+            severity(on_path, window),
+            f"collectives (NCCL/RCCL) on the critical path: {duration_text(on_path)}, "
+            f"{ratio(on_path, window):.0%} of the window{split}",
+            None,
+            int(np.count_nonzero(cp.kind == list(Kind).index(Kind.COMMUNICATION))),
+            on_path,
+            max(w.saving(Scenario.COMMUNICATION_OVERLAPPED), 0.0),
+            advice.COMMUNICATION,
+        )
+    ]
+
+
 # ----- tensor cores ------------------------------------------------------------------------------------
 
 _TC_MIN_SHARE = 0.10  # FP32 GEMM time, as a share of the device's busy time, before the rule speaks
@@ -114,8 +155,8 @@ def tensor_cores_unused(a: Evidence) -> list[Finding]:
     if busy <= 0 or fp32_us < _TC_MIN_SHARE * busy:
         return []
     share = fp32_us / busy
-    device_2x = a.whatif.saving(Scenario.DEVICE_2X) if a.whatif else 0.0
-    saving = max(device_2x, 0.0) * share  # device_2x halves every kernel: keep the share of these
+    compute_2x = a.whatif.sensitivity_us.get("device", 0.0) if a.whatif else 0.0
+    saving = max(compute_2x, 0.0) * share  # compute 2x halves every compute kernel: keep these ones' share
     tf32 = major >= 8
     example = min(names, key=lambda n: (len(n), n))  # ties by name: a set's order varies with the hash seed
     return [
@@ -216,7 +257,7 @@ def autoregressive_readback(a: Evidence) -> list[Finding]:
                 "autoregressive_readback",
                 severity(bubble, a.window.dur_us),
                 f"decode loop reads every token back{where}: {len(syncs)} of {n} steps, the GPU idles "
-                f"{bubble / len(syncs):,.0f} us after each while the host post-processes (overlappable; the "
+                f"{duration_text(bubble / len(syncs))} after each while the host post-processes (overlappable; the "
                 "wait for the token itself is not)",
                 first.call_site,
                 len(syncs),

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from stallscope.analyzer.evidence import Evidence
 from stallscope.analyzer.findings import device, host, latent, streams
-from stallscope.analyzer.findings.base import Finding, site_key
+from stallscope.analyzer.findings.base import Finding, Severity, site_key
 
 Rule = Callable[[Evidence], list[Finding]]
 
@@ -26,6 +26,7 @@ RULES: tuple[Rule, ...] = (
     streams.copy_compute_serialized,
     streams.streams_never_overlapped,
     streams.unsynchronized_pinned_readback,
+    device.communication_bound,
     device.allocator_syncs,
     device.tensor_cores_unused,
     device.memory_near_capacity,
@@ -34,9 +35,9 @@ RULES: tuple[Rule, ...] = (
 
 
 def find_findings(a: Evidence) -> tuple[Finding, ...]:
-    """Every rule's findings, one per problem and site, most expensive first (saving, then cost, then how
-    often it happened: on a CPU-only run, where costs are 0, the call made most often in the loop). A decode
-    loop's readback is reported once, as ``autoregressive_readback`` (it says what can and cannot be won),
+    """Every rule's findings, one per problem and site, most expensive first (saving, then severity, then
+    cost, then how often it happened: on a CPU-only run, where costs are 0, the call made most often in
+    the loop); low utilization, whose advice is to fix the others first, comes last. A decode loop's readback is reported once, as ``autoregressive_readback`` (it says what can and cannot be won),
     not also as a generic scalar-read false sync at the same site."""
     found = [f for rule in RULES for f in rule(a)]
     decode_sites = {site_key(f) for f in found if f.rule == "autoregressive_readback"}
@@ -45,4 +46,17 @@ def find_findings(a: Evidence) -> tuple[Finding, ...]:
         for f in found
         if not (f.rule in ("false_sync_scalar_read", "false_sync_to_host") and site_key(f) in decode_sites)
     ]
-    return tuple(sorted(found, key=lambda f: (-f.est_saving_us, -f.time_us, -f.count, f.rule)))
+    rank = {Severity.HIGH: 0, Severity.MEDIUM: 1, Severity.LOW: 2}
+    return tuple(
+        sorted(
+            found,
+            key=lambda f: (
+                f.rule == "low_utilization",  # its advice: "fix the findings above first"
+                -f.est_saving_us,
+                rank[f.severity],
+                -f.time_us,
+                -f.count,
+                f.rule,
+            ),
+        )
+    )

@@ -25,7 +25,13 @@ import numpy.typing as npt
 
 from stallscope.analyzer.core.arrays import distinct, group_order
 from stallscope.analyzer.core.model import F64, I64, NO_ID, EventTable, Mask, TraceModel
-from stallscope.analyzer.core.names import ACTIVITY_KINDS, ApiKind, EventKind, memcpy_is_async
+from stallscope.analyzer.core.names import (
+    ACTIVITY_KINDS,
+    ApiKind,
+    EventKind,
+    collective_strings,
+    memcpy_is_async,
+)
 from stallscope.analyzer.graph.edges import (
     Activities,
     inferred_waits,
@@ -101,6 +107,7 @@ class Graph:
     call_dep: I64  # the other thread's call whose work this call's preceding stretch waited for (-1: none)
     call_dep_at: F64  # when that thread's work ended (the handoff; NaN: none)
     call_after_wait: npt.NDArray[np.bool_]  # a stream wait call precedes it closely on its thread
+    act_comm: npt.NDArray[np.bool_]  # a collective (communication) kernel, not compute
     act_typical: F64  # typical launch latency of the activity's device
     act_bound: F64  # the longest launch delay plausible on the activity's device
     wait_tolerance_us: float  # how soon after awaited work a held activity starts on this trace
@@ -216,6 +223,7 @@ def build_graph(model: TraceModel) -> Graph:
         call_dep=hand.dep,
         call_dep_at=hand.at,
         call_after_wait=after_wait,
+        act_comm=collective_strings(model.strings, ev.name[acts]) & (ev.kind[acts] == EventKind.KERNEL),
         act_typical=edges.typical,
         act_bound=edges.bound,
         wait_tolerance_us=tol,

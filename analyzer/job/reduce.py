@@ -119,7 +119,11 @@ class _Intervals:
     def __init__(self, a: Analysis) -> None:
         self.a = a
         dev = a.main_device
-        self.busy = busy_intervals(a.model, dev, a.window) if dev is not None else (np.zeros(0), np.zeros(0))
+        none = (np.zeros(0), np.zeros(0))
+        self.busy = busy_intervals(a.model, dev, a.window) if dev is not None else none
+        self.compute = (
+            busy_intervals(a.model, dev, a.window, without_collectives=True) if dev is not None else none
+        )
         gaps = sorted((g for g in a.gaps if g.device == dev), key=lambda g: g.start_us)
         self.gaps = gaps
         self.g_start = np.array([g.start_us for g in gaps])
@@ -143,7 +147,9 @@ class _Intervals:
         places: dict[tuple[Kind, str], float] = defaultdict(float)
         if hi > lo:
             busy = float(intervals.covered_in(*self.busy, np.array([lo]), np.array([hi]))[0])
-            split[Kind.DEVICE] = busy
+            compute = float(intervals.covered_in(*self.compute, np.array([lo]), np.array([hi]))[0])
+            split[Kind.DEVICE] = compute  # the rank's busy split: compute (and copies), then collectives
+            split[Kind.COMMUNICATION] = max(busy - compute, 0.0)
             idle = 0.0
             first = int(np.searchsorted(self.g_end, lo, side="right"))
             for g in self.gaps[first:]:
@@ -182,7 +188,7 @@ def _critical(
     places: dict[tuple[Kind, str], float] = defaultdict(float)
     for i in inside.tolist():
         kind = KINDS[int(cp.kind[i])]
-        if kind in (Kind.IDLE, Kind.DEVICE):
+        if kind in (Kind.IDLE, Kind.DEVICE, Kind.COMMUNICATION):
             continue  # a device kernel or a wait has no host call site worth naming
         at = (float(s[i]) + float(e[i])) / 2
         places[(kind, host.place(int(cp.event[i]), int(cp.lane[i]), at))] += float(e[i] - s[i])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from stallscope.analyzer.core.numbers import duration_text
 from stallscope.analyzer.findings.base import Severity
 from stallscope.analyzer.job.tables import Overlap, RankFailure, RankTable
 from stallscope.analyzer.passes.critical import Kind
@@ -146,4 +147,4 @@ class JobAnalysis:
 
 
 def _ms(us: float) -> str:
-    return f"{us / 1000:,.2f} ms" if abs(us) >= 1000 else f"{us:,.1f} us"
+    return duration_text(us)

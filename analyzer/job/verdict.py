@@ -10,6 +10,7 @@ from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 
+from stallscope.analyzer.core.numbers import duration_text
 from stallscope.analyzer.findings import advice
 from stallscope.analyzer.findings.base import Severity
 from stallscope.analyzer.job.align import Instance, align_clocks, match
@@ -193,4 +194,4 @@ def _findings(instances: tuple[InstanceResult, ...], wall: float, nranks: int) -
 
 
 def _ms(us: float) -> str:
-    return f"{us / 1000:,.2f} ms" if abs(us) >= 1000 else f"{us:,.1f} us"
+    return duration_text(us)

@@ -1,9 +1,10 @@
 """Critical path: walk back from the window's end, at each node taking the predecessor that finished last.
 
 Segments are typed ``host`` (host work, API calls included), ``input`` (host time inside data loading),
-``device`` (an activity), ``launch`` (from a launch call's start to its activity's start), ``sync`` (from the
-awaited completion to the blocking call's return) and ``idle`` (a stream waiting on another stream, or
-nothing known). The segments tile the window, so the path's length equals the window.
+``device`` (a compute activity: kernel, copy, memset), ``communication`` (a collective kernel), ``launch`` (from a launch call's start to its activity's start), ``sync`` (from the
+awaited completion to the blocking call's return), ``untraced`` (host time no event of the thread covers,
+longer than Python's overhead between ops: a sampled or filtered trace) and ``idle`` (a stream waiting on
+another stream, or nothing known). The segments tile the window, so the path's length equals the window.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ class Kind(str, Enum):
     LAUNCH = "launch"
     SYNC = "sync"
     IDLE = "idle"
+    COMMUNICATION = "communication"  # a collective kernel (NCCL/RCCL): transfer, or waiting for other ranks
+    UNTRACED = "untraced"  # host time on a thread that no event of the trace covers (sampled/filtered)
 
 
 #: What each bottleneck means, in the words every view (terminal, report, dashboard) opens its verdict with.
@@ -149,6 +152,7 @@ class _Walk:
         self.a_start, self.a_end = g.act_start, g.act_end
         self.a_lane, self.a_event = g.act_lane, g.act_event
         self.a_from_return = g.act_from_return
+        self.a_comm = g.act_comm
         self.a_typical, self.a_bound = g.act_typical, g.act_bound
         self.budget = 4 * (g.calls + g.activities) + 1000  # steps: each consumes a call or goes back
         self.stopped = ""
@@ -238,7 +242,13 @@ class _Walk:
         los = np.stack([starts, times[1 : visit + 1]], axis=1).ravel()
         his = np.stack([np.minimum(self.a_end[nodes[:visit]], times[:visit]), starts], axis=1).ravel()
         events = np.stack([self.a_event[nodes[:visit]], np.full(visit, -1)], axis=1).ravel()
-        kinds = np.tile(np.array([_INDEX[Kind.DEVICE], _INDEX[Kind.IDLE]]), visit)
+        kinds = np.stack(
+            [
+                np.where(self.a_comm[nodes[:visit]], _INDEX[Kind.COMMUNICATION], _INDEX[Kind.DEVICE]),
+                np.full(visit, _INDEX[Kind.IDLE]),
+            ],
+            axis=1,
+        ).ravel()
         if not self._record(kinds, self.a_lane.item(a), events, los, his):
             return None, at, seen
         at, seen = self._after_run(state_at, times, visit, at, seen)
@@ -450,7 +460,8 @@ class _Walk:
         # clamped: a trace whose launch times disagree with stream order can make a sync await an
         # activity that starts after the sync returned; going forward in time there loops forever
         lane, start = self.a_lane.item(a), min(self.a_start.item(a), t)
-        if not self.add(Kind.DEVICE, lane, self.a_event.item(a), start, min(self.a_end.item(a), t)):
+        kind = Kind.COMMUNICATION if self.a_comm.item(a) else Kind.DEVICE
+        if not self.add(kind, lane, self.a_event.item(a), start, min(self.a_end.item(a), t)):
             return None
         how, who = self.pred_how.item(a), self.pred_who.item(a)
         if who < 0:

@@ -32,6 +32,7 @@ from stallscope.analyzer.core import intervals
 from stallscope.analyzer.core.arrays import distinct, group_order, window_max
 from stallscope.analyzer.core.model import F64, I64, Mask, TraceModel
 from stallscope.analyzer.core.names import ApiKind, EventKind
+from stallscope.analyzer.core.numbers import duration_text
 from stallscope.analyzer.core.sites import CallSite, call_sites
 from stallscope.analyzer.graph.dependency import Graph, per_call
 
@@ -107,12 +108,14 @@ def find_gaps(
         blocking, charged = int(lead[i]), float(charge[i])
         if i in sync_sites:
             e = int(g.call_event[blocking])
-            detail = f"{model.name_of(e)} blocked the host {leads.waited[blocking]:.0f} us{_op(model, e)}"
+            detail = (
+                f"{model.name_of(e)} blocked the host {duration_text(leads.waited[blocking])}{_op(model, e)}"
+            )
             if charged < float(hi[i]) - float(lo[i]) - 1e-6:
-                detail += f" (explains {charged:.0f} us of the gap; the rest: {causes[i].value})"
+                detail += f" (explains {duration_text(charged)} of the gap; the rest: {causes[i].value})"
             causes[i], details[i], sites[i] = Cause.SYNC, detail, sync_sites[i]
         else:
-            details[i] += f" (a sync's lead explains the first {charged:.0f} us)"
+            details[i] += f" (a sync's lead explains the first {duration_text(charged)})"
         bubbles[blocking] = bubbles.get(blocking, 0.0) + charged
     columns = (lo.tolist(), hi.tolist(), causes, details, sites, lead.tolist(), charge.tolist())
     gaps = tuple(map(Gap, repeat(device), *columns))
@@ -282,14 +285,14 @@ def _held(model: TraceModel, g: Graph, rest: _Rest) -> dict[int, tuple[Cause, st
         if any(word in name.lower() for word in _COLLECTIVE_WORDS):
             verdicts[i] = Cause.DEPENDENCY, f"{name} (a collective) waited for the other ranks"
         elif plausible:
-            verdicts[i] = Cause.LAUNCH, f"{launched} started {held_us:.0f} us before its work ran"
+            verdicts[i] = Cause.LAUNCH, f"{launched} started {duration_text(held_us)} before its work ran"
         elif after_wait:
-            detail = f"{name} launched after a stream wait: held {held_us:.0f} us waiting for another stream"
+            detail = f"{name} launched after a stream wait: held {duration_text(held_us)} waiting for another stream"
             verdicts[i] = Cause.DEPENDENCY, detail
         elif graph:
-            verdicts[i] = Cause.DEPENDENCY, f"{name} held {held_us:.0f} us by its graph's own order"
+            verdicts[i] = Cause.DEPENDENCY, f"{name} held {duration_text(held_us)} by its graph's own order"
         else:
-            detail = f"{name} was held {held_us:.0f} us after its launch ({launched}) by something not in the trace"
+            detail = f"{name} was held {duration_text(held_us)} after its launch ({launched}) by something not in the trace"
             verdicts[i] = Cause.UNKNOWN, detail
     return verdicts
 

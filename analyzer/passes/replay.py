@@ -34,16 +34,21 @@ class Scenario(str, Enum):
     AS_RECORDED = "as_recorded"
     NO_AVOIDABLE_SYNCS = "no_avoidable_syncs"
     NO_SYNCS = "no_syncs"
-    DEVICE_2X = "device_2x"
+    DEVICE_2X = "device_2x"  # every device activity, compute and communication alike
     HOST_2X = "host_2x"
     INPUT_OVERLAPPED = "input_overlapped"
+    # only for a trace with collective kernels (``Frame.communicates``):
+    COMPUTE_2X = "compute_2x"  # compute kernels, copies and memsets 2x faster; collectives as recorded
+    COMMUNICATION_2X = "communication_2x"  # collective kernels 2x faster
+    COMMUNICATION_OVERLAPPED = "communication_overlapped"  # collectives take no time on their streams
 
 
 @dataclass(frozen=True)
 class Costs:
     """How a scenario changes the graph inside the window."""
 
-    device_scale: float = 1.0  # every device activity's duration
+    device_scale: float = 1.0  # every device activity's duration (collectives too, unless comm_scale says)
+    comm_scale: float | None = None  # collective kernels' duration (None: as device_scale)
     host_scale: float = 1.0  # every host gap and call's own time
     input_scale: float = 1.0  # host time inside data loading (0: loading moved off the critical thread)
     launch_scale: float = 1.0  # every launch latency (call start to the activity's unqueued start)
@@ -74,6 +79,7 @@ class Frame:
     chains: dict[int, int]  # call -> end of the chain of calls after it (``_agenda``)
     lists: dict[str, Any]  # the graph's columns for the replay's loop (``_sequence``), made once
     loads_data: bool = False  # any host gap (or the tail) holds data loading (else input_overlapped is moot)
+    communicates: bool = False  # collective kernels were issued in the window (the communication scenarios)
 
     @property
     def recorded_end(self) -> float:
@@ -135,6 +141,7 @@ def make_frame(
         act_wait_offset=offsets,
         chains=chains,
         loads_data=bool(tail_input > 0 or (gap_input > 0).any()),
+        communicates=bool(g.act_comm[window_acts].any()),
         lists=_columns(
             {
                 "prev": g.call_prev,
@@ -160,6 +167,7 @@ def make_frame(
                 "a_start": g.act_start,
                 "a_end": g.act_end,
                 "a_dur": g.act_end - g.act_start,
+                "a_comm": g.act_comm,
             },
         ),
     )
@@ -349,7 +357,7 @@ class _Run:
         self.gap, self._gap_values = columns.gap(costs.host_scale, costs.input_scale)  # before each call
         self.own, self._own_values = columns.own(costs.host_scale)  # each call's own time
         self.latency = columns.latency(costs.launch_scale)[0]
-        self.duration = columns.duration(costs.device_scale)[0]
+        self.duration = columns.duration(costs.device_scale, costs.comm_scale)[0]
         self._lists, self._anchor = f.lists, g.thread_anchor
         self._call_in, self._offsets = f.call_in, f.act_wait_offset
         self._waits, self._a_end, self._ret = g.call_waits, f.lists["a_end"], f.lists["ret"]
@@ -458,8 +466,13 @@ class _Scaled:
         hold = self._array("a_hold")  # launch delay no speed-up shortens
         return self._get(("a_lat", launch, 1.0), "act_in", lambda lat: (lat - hold) * launch + hold)
 
-    def duration(self, device: float) -> tuple[Sequence[float], F64]:
-        return self._get(("a_dur", device, 1.0), "act_in", lambda dur: dur * device)
+    def duration(self, device: float, comm: float | None) -> tuple[Sequence[float], F64]:
+        if comm is None or comm == device:
+            return self._get(("a_dur", device, device), "act_in", lambda dur: dur * device)
+        collective = self._array("a_comm")
+        return self._get(
+            ("a_dur", device, comm), "act_in", lambda dur: np.where(collective, dur * comm, dur * device)
+        )
 
     def _get(
         self, key: tuple[str, float, float], inside: str, scale: Callable[[F64], F64]

@@ -3,7 +3,9 @@ they were avoidable (DESIGN.md §4).
 
 One ``.item()`` issues a blocking copy and a stream synchronize: both sit under one aten op and make one
 sync, whose ``api`` is the call that blocked longest. ``kind`` comes from the aten op above the calls;
-``wait_us`` is the host time blocked; ``bubble_us`` the device idle charged to it by the gap pass.
+``wait_us`` is the host time blocked waiting for device work (``Graph.waited``: from each call's start to
+the end of what it awaited, within the call; the summary's "host blocked in syncs" is the same time, so a
+synchronize that found the device done counts 0); ``bubble_us`` the device idle charged to it by the gap pass.
 """
 
 from __future__ import annotations
@@ -112,7 +114,7 @@ def find_syncs(
                 model.name_of(top) if top >= 0 else None,
                 lane,
                 float(g.call_start[members[0]]),
-                float(duration.sum()),
+                float(waited[members].sum()),
                 sum(bubble_us.get(c, 0.0) for c in members),
                 _site(model, g, sidecar, lane, members, top if top >= 0 else e),
                 tuple(members),
@@ -192,12 +194,17 @@ def _kind(
         return SyncKind.TO_HOST if ops else SyncKind.OTHER
     if Blocking.ALLOCATOR in blocking:
         return SyncKind.ALLOCATOR
+    # what the program called decides: an event synchronize whose record the trace lacks is still an event
+    # wait (the graph makes it wait for the whole device, the most it can have waited for)
+    apis = {int(ev.api[g.call_event[c]]) for c in members}
+    if ApiKind.SYNC_DEVICE in apis:
+        return SyncKind.BLANKET
+    if ApiKind.SYNC_STREAM in apis or Blocking.STREAM in blocking:
+        return SyncKind.STREAM
+    if ApiKind.SYNC_EVENT in apis or Blocking.EVENT in blocking:
+        return SyncKind.EVENT
     if Blocking.DEVICE in blocking:
         return SyncKind.BLANKET
-    if Blocking.STREAM in blocking:
-        return SyncKind.STREAM
-    if Blocking.EVENT in blocking:
-        return SyncKind.EVENT
     if any(ev.api[g.call_event[c]] in (ApiKind.MALLOC, ApiKind.FREE) for c in members):
         return SyncKind.ALLOCATOR
     return SyncKind.OTHER

@@ -4,7 +4,9 @@ The critical path says where the time went; it cannot say what would help, becau
 resource speeds up (a host-bound loop whose GPU is 90% busy gains little from a faster host). So each kind
 gets the saving its own speed-up would bring, from the replays:
 
-- ``device``: every device activity 2x faster (``device_2x``);
+- ``device``: every compute activity 2x faster (``device_2x``; ``compute_2x`` when the trace has
+  collectives, which are their own kind);
+- ``communication``: every collective kernel 2x faster (``communication_2x``);
 - ``host``: the host's own work 2x faster, data loading excluded (it is the ``input`` kind);
 - ``input``: data loading moved off the critical thread (``input_overlapped``);
 - ``sync``: the host no longer waits in blocking calls (``no_syncs``);
@@ -26,7 +28,7 @@ DECISIVE_SHARE = 0.05
 BALANCED_SHARE = 0.10
 BALANCED_RATIO = 0.5
 BALANCED_UTILIZATION = 0.6
-SENSITIVITY_KINDS = ("device", "host", "input", "sync", "launch")
+SENSITIVITY_KINDS = ("device", "host", "input", "sync", "launch", "communication")
 
 #: the verdict line each bottleneck gets, in every view
 SENTENCE: dict[str, str] = {
@@ -36,6 +38,8 @@ SENTENCE: dict[str, str] = {
     Kind.SYNC.value: "sync-bound: the host kept waiting for the GPU",
     Kind.LAUNCH.value: "launch-bound: launch latency dominates",
     Kind.IDLE.value: "stalled: the critical path is mostly idle waiting",
+    Kind.COMMUNICATION.value: "communication-bound: collectives (NCCL/RCCL) hold the loop back",
+    Kind.UNTRACED.value: "untraced: the trace does not show what the host did for most of the window",
     "balanced": "balanced: host and device are both near saturation",
 }
 
@@ -49,16 +53,27 @@ class Verdict:
     basis: str  # "sensitivity", "balanced" or "critical path": what decided it
 
     def evidence(self) -> str:
-        """One line: share of the path, utilization, what-if savings."""
+        """One line: share of the path, utilization, what each speed-up would save."""
         shares = sorted(((v, k) for k, v in self.path_share.items() if v >= 0.005), reverse=True)[:3]
         path = ", ".join(f"{k} {v:.0%}" for v, k in shares) or "empty"
         gpu = f"GPU {self.utilization:.0%} busy" if self.utilization is not None else "no GPU work"
         saves = ", ".join(
-            f"{k} {self.sensitivity_us[k] / 1000:,.2f} ms"
+            f"{SPEED_UP[k]} {self.sensitivity_us[k] / 1000:,.2f} ms"
             for k in SENSITIVITY_KINDS
-            if k in self.sensitivity_us
+            if k in self.sensitivity_us and (k != "communication" or self.sensitivity_us[k] > 0)
         )
-        return f"critical path {path}; {gpu}; a faster {{device, host, input, sync, launch}} saves: {saves}"
+        return f"critical path {path}; {gpu}; would save: {saves}"
+
+
+#: each sensitivity kind's speed-up, in words (the verdict's evidence line)
+SPEED_UP: dict[str, str] = {
+    "device": "2x faster compute",
+    "host": "2x faster host",
+    "input": "data loading overlapped",
+    "sync": "no sync waits",
+    "launch": "2x shorter launches",
+    "communication": "2x faster communication",
+}
 
 
 def decide(

@@ -54,13 +54,18 @@ def scenario_costs(
     waits_in_window = frozenset(
         c for c in np.flatnonzero(g.call_blocking != Blocking.NO).tolist() if g.call_start[c] >= f.start_us
     )
-    return {
+    scenarios = {
         Scenario.NO_AVOIDABLE_SYNCS: Costs(no_wait=avoidable(model, g, f.start_us, f.end_us)),
         Scenario.NO_SYNCS: Costs(no_wait=waits_in_window),
         Scenario.DEVICE_2X: Costs(device_scale=0.5),
         Scenario.HOST_2X: Costs(host_scale=0.5),
         Scenario.INPUT_OVERLAPPED: Costs(input_scale=0.0 if f.loads_data else 1.0),
     }
+    if f.communicates:  # compute and communication apart (device_2x is both together)
+        scenarios[Scenario.COMPUTE_2X] = Costs(device_scale=0.5, comm_scale=1.0)
+        scenarios[Scenario.COMMUNICATION_2X] = Costs(comm_scale=0.5)
+        scenarios[Scenario.COMMUNICATION_OVERLAPPED] = Costs(comm_scale=0.0)
+    return scenarios
 
 
 def host_only(window_us: float, path: CriticalPath, scenarios: dict[Scenario, Costs]) -> WhatIfReport:
@@ -77,7 +82,14 @@ def host_only(window_us: float, path: CriticalPath, scenarios: dict[Scenario, Co
         Scenario.INPUT_OVERLAPPED: loading,
     }
     results = tuple(WhatIf(s, window_us - v, v) for s, v in savings.items())
-    sensitivity = {"device": 0.0, "host": host / 2, "input": loading, "sync": 0.0, "launch": 0.0}
+    sensitivity = {
+        "device": 0.0,
+        "host": host / 2,
+        "input": loading,
+        "sync": 0.0,
+        "launch": 0.0,
+        "communication": 0.0,
+    }
     return WhatIfReport(window_us, window_us, results, window_us, sensitivity, scenarios)
 
 
@@ -100,11 +112,14 @@ def what_if(g: Graph, f: Frame, scenarios: dict[Scenario, Costs]) -> WhatIfRepor
     for scenario, costs in scenarios.items():
         cut = saving(costs)
         results.append(WhatIf(scenario, window - cut, cut))
+    compute = scenarios.get(Scenario.COMPUTE_2X, scenarios[Scenario.DEVICE_2X])
+    comm = scenarios.get(Scenario.COMMUNICATION_2X)
     sensitivity = {
-        "device": saving(scenarios[Scenario.DEVICE_2X]),
+        "device": saving(compute),  # compute: collectives are the communication kind
         "host": saving(own_host),
         "input": saving(scenarios[Scenario.INPUT_OVERLAPPED]),
         "sync": saving(scenarios[Scenario.NO_SYNCS]),
         "launch": saving(launch),
+        "communication": saving(comm) if comm is not None else 0.0,
     }
     return WhatIfReport(recorded_end(g, f) - f.start_us, base, tuple(results), window, sensitivity, scenarios)

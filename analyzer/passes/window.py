@@ -7,10 +7,11 @@ from dataclasses import dataclass
 from enum import Enum
 
 import numpy as np
+import numpy.typing as npt
 
 from stallscope.analyzer.core import intervals
 from stallscope.analyzer.core.model import F64, TraceModel
-from stallscope.analyzer.core.names import EventKind
+from stallscope.analyzer.core.names import EventKind, collective_strings
 from stallscope.analyzer.graph.dependency import Blocking, Graph
 
 
@@ -38,6 +39,11 @@ class DeviceUsage:
     idle_us: float
     utilization: float
     activities: int  # kernels, copies and memsets inside the window
+    # the busy time split by what ran (they add up to busy_us): compute kernels; collectives while no compute
+    # kernel ran; copies and memsets while neither did
+    compute_us: float = 0.0
+    communication_us: float = 0.0
+    copy_us: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -82,10 +88,16 @@ def find_window(model: TraceModel) -> Window:
     return Window(float(ev.ts[work].min()), float(ev.end[work].max()), WindowBasis.TRACE)
 
 
-def busy_intervals(model: TraceModel, device: int, window: Window) -> tuple[F64, F64]:
-    """Disjoint busy intervals of one device (all streams), clipped to the window."""
+def busy_intervals(
+    model: TraceModel, device: int, window: Window, without_collectives: bool = False
+) -> tuple[F64, F64]:
+    """Disjoint busy intervals of one device (all streams), clipped to the window; with
+    ``without_collectives``, of its compute, copies and memsets only."""
     ev = model.events
     mask = ev.activity_mask() & model.device_lanes(device)[ev.lane]
+    if without_collectives:
+        on = np.flatnonzero(mask)
+        mask[on[collective_strings(model.strings, ev.name[on]) & (ev.kind[on] == EventKind.KERNEL)]] = False
     s, e = intervals.union(ev.ts[mask], ev.end[mask])
     return intervals.clip(s, e, window.start_us, window.end_us)
 
@@ -94,25 +106,48 @@ def device_usage(model: TraceModel, window: Window) -> tuple[DeviceUsage, ...]:
     ev = model.events
     act = ev.activity_mask()
     inside = act & (ev.end > window.start_us) & (ev.ts < window.end_us)
+    kernel = ev.is_kind(EventKind.KERNEL)
+    comm = np.zeros(len(ev), dtype=np.bool_)
+    comm[kernel] = collective_strings(model.strings, ev.name[kernel])
     out = []
     for d in model.devices:
+        mine = act & model.device_lanes(d.id)[ev.lane]
         s, e = busy_intervals(model, d.id, window)
         busy = intervals.total(s, e)
-        count = int(np.count_nonzero(inside & model.device_lanes(d.id)[ev.lane]))
+        count = int(np.count_nonzero(inside & mine))
+        compute = _covered(ev.ts, ev.end, mine & kernel & ~comm, window)
+        kernels = _covered(ev.ts, ev.end, mine & kernel, window)
         dur = window.dur_us
         out.append(
-            DeviceUsage(d.id, d.name, busy, max(dur - busy, 0.0), busy / dur if dur > 0 else 0.0, count)
+            DeviceUsage(
+                d.id,
+                d.name,
+                busy,
+                max(dur - busy, 0.0),
+                busy / dur if dur > 0 else 0.0,
+                count,
+                compute_us=compute,
+                communication_us=max(kernels - compute, 0.0),
+                copy_us=max(busy - kernels, 0.0),
+            )
         )
     return tuple(out)
 
 
+def _covered(ts: F64, end: F64, mask: npt.NDArray[np.bool_], window: Window) -> float:
+    """Time the events in ``mask`` cover (their union) inside the window."""
+    s, e = intervals.union(ts[mask], end[mask])
+    return intervals.total(*intervals.clip(s, e, window.start_us, window.end_us))
+
+
 def host_sync_calls(g: Graph) -> tuple[F64, F64]:
-    """Disjoint intervals of the host calls that block until device work completes (device/stream/event
-    synchronize, synchronous copies and copies to or from pageable memory, allocator syncs), while they
-    waited: a blocking call is counted whole, but a call whose awaited work had already finished (a
-    6 s ``cudaFree`` on an idle device) is the host's own time, not a wait."""
-    waited = (g.call_blocking != Blocking.NO) & (g.waited() > 0)
-    return intervals.union(g.call_start[waited], g.call_end[waited])
+    """Disjoint intervals in which a host call was blocked waiting for device work (device/stream/event
+    synchronize, synchronous copies and copies to or from pageable memory, allocator syncs): from each
+    call's start to the end of what it awaited (``Graph.waited``, the syncs' ``wait_us``). A call whose
+    awaited work had already finished (a 6 s ``cudaFree`` on an idle device) is the host's own time."""
+    waited = g.waited()
+    on = (g.call_blocking != Blocking.NO) & (waited > 0)
+    return intervals.union(g.call_start[on], g.call_start[on] + waited[on])
 
 
 def step_stats(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from stallscope.analyzer.analysis import Analysis
 from stallscope.analyzer.core.model import LaneKind
-from stallscope.analyzer.core.numbers import ratio
+from stallscope.analyzer.core.numbers import duration_text, ratio
 from stallscope.analyzer.findings.latent import UNMEASURED, measured
 from stallscope.analyzer.load.counters import window_stats
 from stallscope.analyzer.passes.verdict import SENTENCE
@@ -13,7 +13,7 @@ _MAX_STEP_ROWS = 4
 
 
 def ms(us: float) -> str:
-    return f"{us / 1000:,.2f} ms" if abs(us) >= 1000 else f"{us:,.1f} us"
+    return duration_text(us)
 
 
 def render(a: Analysis, top: int = 3, top_ops: int | None = None) -> str:
@@ -149,11 +149,13 @@ def _whatif(a: Analysis) -> list[str]:
     if a.whatif is None or a.main_device is None:  # nothing on a device to re-time
         return []
     w = a.whatif
-    rows = [f"  what-if   {'as recorded':<20} {ms(w.window_us):>11}"]
+    width = max(20, *(len(r.scenario.value) for r in w.results))
+    rows = [f"  what-if   {'as recorded':<{width}} {ms(w.window_us):>11}"]
     for r in w.results:
         pct = r.saving_us / max(w.window_us, 1e-9)
         rows.append(
-            f"            {r.scenario.value:<20} {ms(r.predicted_wall_us):>11}   saves {ms(r.saving_us)} ({pct:.0%})"
+            f"            {r.scenario.value:<{width}} {ms(r.predicted_wall_us):>11}   "
+            f"saves {ms(r.saving_us)} ({pct:.0%})"
         )
     return rows
 
@@ -180,6 +182,11 @@ def _trace(a: Analysis) -> list[str]:
             f"  GPU {d.id}{mark}    {d.name}: busy {ms(d.busy_us)}, idle {ms(d.idle_us)}, "
             f"utilization {d.utilization:.1%} ({d.activities:,} kernels/copies)"
         )
+        if d.communication_us > 0:
+            lines.append(
+                f"            busy split: compute {ms(d.compute_us)}, communication {ms(d.communication_us)}, "
+                f"copies {ms(d.copy_us)}"
+            )
     lines.append(f"  host sync {ms(a.summary.host_sync_wait_us)} blocked in synchronizing calls")
     c = m.counters
     if len(c):
