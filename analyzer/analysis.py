@@ -11,13 +11,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 
 from stallscope.analyzer import selfcheck
-from stallscope.analyzer.core import intervals
 from stallscope.analyzer.core.model import F64, TraceModel, TraceSet
 from stallscope.analyzer.evidence import Evidence, Options
 from stallscope.analyzer.findings.base import Finding
 from stallscope.analyzer.findings.registry import find_findings
 from stallscope.analyzer.graph.dependency import Graph, build_graph
-from stallscope.analyzer.graph.inputs import input_intervals, main_thread
+from stallscope.analyzer.graph.inputs import input_intervals, main_thread, untraced_intervals
 from stallscope.analyzer.load.sidecar import Sidecar
 from stallscope.analyzer.passes.critical import CriticalPath, critical_path
 from stallscope.analyzer.passes.gaps import Cause, Gap, find_gaps
@@ -27,13 +26,21 @@ from stallscope.analyzer.passes.runtiming import run_timing
 from stallscope.analyzer.passes.syncs import Sync, find_syncs
 from stallscope.analyzer.passes.tops import TOP, Tops, top_tables
 from stallscope.analyzer.passes.verdict import decide
-from stallscope.analyzer.passes.whatif import WhatIfReport, host_only, scenario_costs, what_if
+from stallscope.analyzer.passes.whatif import (
+    PINNED_SHARE,
+    WhatIfReport,
+    host_only,
+    pinned_share,
+    scenario_costs,
+    what_if,
+)
 from stallscope.analyzer.passes.window import (
     DeviceUsage,
     Window,
     busy_intervals,
     device_usage,
     find_window,
+    host_end,
     host_sync_calls,
     step_stats,
     summarize,
@@ -73,26 +80,15 @@ def _notes(whatif: WhatIfReport, critical: CriticalPath, pinned: float, window: 
             f"device work launched inside the window ran {whatif.overrun_us / 1000:,.2f} ms past its end: "
             "the what-if replays include it, and their savings are against the recorded run",
         )
-    if pinned >= 0.2:
+    if pinned >= PINNED_SHARE:
         notes += (
-            f"{pinned:.0%} of the device's busy time has no launch call in the trace: the what-if replays "
-            "keep that work at its recorded time, so what a faster device would save is understated",
+            f"{pinned:.0%} of the device's work (by time or by count) has no launch call in the trace: the "
+            "what-if replays keep it at its recorded time, and what is queued behind it waits for it, so what "
+            "a faster device or host would save is understated",
         )
     if critical.stopped:
         notes += (f"critical path: {critical.stopped}",)
     return notes
-
-
-def _unlinked_share(g: Graph, device: int | None, window: Window) -> float:
-    """Share of the device's busy time (in the window) from activities whose launch call is unknown."""
-    if device is None or not g.activities:
-        return 0.0
-    mine = (g.act_device == device) & (g.act_end > window.start_us) & (g.act_start < window.end_us)
-    s, e = intervals.union(g.act_start[mine], g.act_end[mine])
-    busy = intervals.total(*intervals.clip(s, e, window.start_us, window.end_us))
-    pinned = mine & (g.act_call < 0)
-    s, e = intervals.union(g.act_start[pinned], g.act_end[pinned])
-    return intervals.total(*intervals.clip(s, e, window.start_us, window.end_us)) / busy if busy > 0 else 0.0
 
 
 #: told the name of each pass as it starts ("graph", "critical path", ...): progress and timings
@@ -122,17 +118,20 @@ def analyze_model(
     main, summary = summarize(window, devices, waits)
     steps = step_stats(model, main, window, waits)
     inputs = input_intervals(model)
+    untraced = untraced_intervals(model)
     lane = main_thread(model, graph)
     say("critical path")
-    frame = make_frame(graph, window.start_us, window.end_us, lane, inputs)
-    critical = critical_path(graph, window.start_us, window.end_us, lane, inputs)
+    frame = make_frame(
+        graph, window.start_us, window.end_us, lane, inputs, host_end(model, lane, window), untraced
+    )
+    critical = critical_path(graph, window.start_us, window.end_us, lane, inputs, untraced)
     say("gaps")
-    gaps, idle, bubbles = _gaps(model, graph, devices, main, window, inputs, opts.min_gap_us)
+    gaps, idle, bubbles = _gaps(model, graph, devices, main, window, (inputs, untraced), opts.min_gap_us)
     say("syncs")
     syncs = find_syncs(model, graph, bubbles, window.start_us, window.end_us, sidecar)
     say("what-if")
     whatif = _what_if(model, graph, frame, critical, main, window, syncs, opts)
-    notes = _notes(whatif, critical, _unlinked_share(graph, main, window), window)
+    notes = _notes(whatif, critical, pinned_share(graph, main, window.start_us, window.end_us), window)
     saving = max(whatif.saving(Scenario.NO_AVOIDABLE_SYNCS), whatif.saving(Scenario.INPUT_OVERLAPPED), 0.0)
     util = summary.device_utilization if main is not None else None
     verdict = decide(window.dur_us, whatif.sensitivity_us, critical, util)
@@ -180,17 +179,20 @@ def _gaps(
     devices: tuple[DeviceUsage, ...],
     main: int | None,
     window: Window,
-    inputs: dict[int, tuple[F64, F64]],
+    host_time: tuple[dict[int, tuple[F64, F64]], dict[int, tuple[F64, F64]]],
     min_gap_us: float,
 ) -> tuple[tuple[Gap, ...], dict[Cause, float], dict[int, float]]:
-    """Every device's gaps; the idle by cause and the bubble each blocking call left are the main
-    device's (the summary's)."""
+    """Every device's gaps (``host_time``: each thread's data loading and untraced stretches); the idle
+    by cause and the bubble each blocking call left are the main device's (the summary's)."""
     gaps: list[Gap] = []
     idle: dict[Cause, float] = {c: 0.0 for c in Cause}
     bubbles: dict[int, float] = {}
     for d in devices:
         busy = busy_intervals(model, d.id, window)
-        report = find_gaps(model, graph, d.id, busy, window.start_us, window.end_us, inputs, min_gap_us)
+        inputs, untraced = host_time
+        report = find_gaps(
+            model, graph, d.id, busy, window.start_us, window.end_us, inputs, min_gap_us, untraced
+        )
         gaps.extend(report.gaps)
         if d.id == main:
             idle = report.idle_by_cause

@@ -70,7 +70,12 @@ def reference_replay(g: Graph, f: Frame, costs: Costs) -> Times:
                 base = g.thread_anchor.get(lanes[i], c_start[i] - gap[i])
             gi = gap[i]
             if inside:
-                gi = (gi - gap_input[i]) * hs + gap_input[i] * hs * ins
+                dark = f.gap_untraced[i]  # time the trace does not show: no speed-up shortens it
+                gi = (
+                    (gi - gap_input[i] - dark) * hs + gap_input[i] * hs * ins + dark
+                    if dark
+                    else (gi - gap_input[i]) * hs + gap_input[i] * hs * ins
+                )
             s = base + gi
             d = dep[i]
             if d >= 0:
@@ -112,7 +117,8 @@ def reference_replay(g: Graph, f: Frame, costs: Costs) -> Times:
         ce[i] = end_of(i)
     host = f.end_us
     if f.tail_call >= 0:
-        tail = (f.tail_gap - f.tail_input) * hs + f.tail_input * hs * ins
+        dark = f.tail_untraced
+        tail = (f.tail_gap - f.tail_input - dark) * hs + f.tail_input * hs * ins + dark
         host = float(ce[f.tail_call]) + tail
         if f.tail_dep >= 0:
             host = max(host, float(ce[f.tail_dep]) + f.tail_dep_gap * hs)

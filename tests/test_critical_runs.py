@@ -15,9 +15,9 @@ from synth.trace import SynthTrace
 
 from stallscope.analyzer.core.model import F64, TraceModel
 from stallscope.analyzer.graph.dependency import Graph, build_graph
-from stallscope.analyzer.graph.inputs import input_intervals, main_thread
+from stallscope.analyzer.graph.inputs import input_intervals, main_thread, untraced_intervals
 from stallscope.analyzer.load.loader import load
-from stallscope.analyzer.passes.critical import State, _first_state, _Walk
+from stallscope.analyzer.passes.critical import State, _first_state, _Marked, _marked, _Walk
 from stallscope.analyzer.passes.window import find_window
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
@@ -28,8 +28,8 @@ Walked = tuple[list[int], list[int], list[int], list[float], list[float], str]
 class OneByOne(_Walk):
     """The reference: every step on its own (``device_step``, ``host_step``), no runs."""
 
-    def __init__(self, g: Graph, start_us: float, inputs: dict[int, tuple[F64, F64]]) -> None:
-        super().__init__(g, start_us, inputs)
+    def __init__(self, g: Graph, start_us: float, marked: _Marked) -> None:
+        super().__init__(g, start_us, marked)
         self.chain = np.zeros_like(self.chain)
 
     def _plain_run(self, lane: int, t: float, below: int) -> int:
@@ -67,7 +67,7 @@ def assert_walks_agree(model: TraceModel) -> int:
     single steps give the same segments. Returns how many walks stopped at a cycle or the budget."""
     window = find_window(model)
     g = build_graph(model)
-    inputs = input_intervals(model)
+    inputs = _marked(input_intervals(model), untraced_intervals(model))
     lane = main_thread(model, g)
     stopped = 0
     for grid_us in (0.0, 500.0, 1e12):
@@ -103,8 +103,8 @@ def test_runs_walk_like_single_steps_on_real_traces(shared_traces: Path) -> None
 class Spy(_Walk):
     """The walk with runs, noting each run's length and how many of its states the walk took."""
 
-    def __init__(self, g: Graph, start_us: float, inputs: dict[int, tuple[F64, F64]]) -> None:
-        super().__init__(g, start_us, inputs)
+    def __init__(self, g: Graph, start_us: float, marked: _Marked) -> None:
+        super().__init__(g, start_us, marked)
         self.visits: list[tuple[int, int]] = []
 
     def _visits(

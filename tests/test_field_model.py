@@ -139,7 +139,13 @@ def test_a_delay_past_a_plausible_launch_latency_is_not_launch(
     assert a.critical is not None
     assert a.critical.breakdown_us[Kind.LAUNCH] < 500
     assert a.critical.breakdown_us[Kind.IDLE] >= 19_000
-    assert a.summary.bottleneck != "launch" and a.warnings == ()
+    assert a.summary.bottleneck != "launch"
+    # the self-check says when most of the idle has no known cause (a bug report about itself: here, a
+    # hold the trace does not show)
+    expected = (
+        () if stream_wait else ("88% of the device's idle time has no known cause (20263 of 23013 us)",)
+    )
+    assert a.warnings == expected
 
 
 def test_copies_waiting_for_a_collective_on_another_stream_are_dependency(write_trace: WriteTrace) -> None:

@@ -50,6 +50,7 @@ SYNC: dict[SyncKind, str] = {
     ),
     SyncKind.EVENT: "Wait for the event later, when the result is actually needed, or on the device (`wait_event`).",
     SyncKind.ALLOCATOR: ALLOCATOR,
+    SyncKind.RUNTIME: "The runtime's launch call returns only when its work is done: the host waits in it.",
     SyncKind.OTHER: "This call blocks the host until the device catches up; remove it from the loop if you can.",
 }
 

@@ -24,6 +24,7 @@ _TITLE = {
     SyncKind.STREAM: "stream synchronize in the loop",
     SyncKind.EVENT: "event synchronize in the loop",
     SyncKind.ALLOCATOR: "allocator syncs in the steady state",
+    SyncKind.RUNTIME: "blocking runtime launch",
     SyncKind.OTHER: "blocking call in the loop",
 }
 

@@ -9,8 +9,9 @@ waits) and device activities (kernels, copies, memsets). Edges (DESIGN.md §4), 
 - stream order: an activity starts after the previous activity on its stream ended (``queue_gap`` later);
 - event record -> stream wait: an activity starts after the activity its stream waits for ended;
 - device end -> sync return: a blocking call returns ``ret`` after the activities it waits for ended
-  (device/stream/event synchronize, synchronous copies, copies to or from pageable memory, ``cudaFree``
-  and a ``cudaMalloc`` that clearly waited for the device).
+  (device/stream/event synchronize, synchronous copies, copies to or from pageable memory, ``cudaFree``,
+  a ``cudaMalloc`` that clearly waited for the device, and the launch calls of a blocking runtime that
+  return after the work they launched: MTIA's ``runFunction``).
 
 Other host API calls are host work inside the gaps. ``check`` verifies that every edge goes forward.
 """
@@ -33,6 +34,7 @@ from stallscope.analyzer.core.names import (
     memcpy_is_async,
 )
 from stallscope.analyzer.graph.edges import (
+    MAX_BOUND_US,
     Activities,
     inferred_waits,
     latest_end,
@@ -69,6 +71,7 @@ class Blocking(IntEnum):
     EVENT = 3
     COPY = 4  # synchronous copy, or an async copy made synchronous by pageable memory
     ALLOCATOR = 5  # cudaFree (device-wide, as CUDA documents), or a cudaMalloc that clearly waited
+    RUNTIME = 6  # a launch call of a blocking runtime that returned after the work it launched
 
 
 @dataclass(frozen=True)
@@ -446,7 +449,45 @@ def _blocking(
         on = tuple(a for a in on if a >= 0)
         if on:
             kinds[c], waits[c] = kind, on
+    for c, on in _runtime_waits(model, calls, acts, act_call, kinds).items():
+        kinds[c], waits[c] = Blocking.RUNTIME, on
     return kinds, tuple(waits)
+
+
+_RUNTIME_MIN_US = 50.0  # a launch call shorter than this is not taken to have waited for its work
+_RUNTIME_COVER = 0.5  # share of the call its own device work must fill
+
+
+def _runtime_waits(
+    model: TraceModel, calls: I64, acts: I64, act_call: I64, kinds: I64
+) -> dict[int, tuple[int, ...]]:
+    """Launch calls of a blocking runtime (MTIA's ``runFunction``, a synchronous launch): the call ran at
+    least ``_RUNTIME_MIN_US``, the work it launched started and ended inside it, and that work fills at
+    least half of it. The host sat in the call waiting for the device: it waits for that work."""
+    ev = model.events
+    linked = np.flatnonzero(act_call >= 0)
+    if not len(linked):
+        return {}
+    c = act_call[linked]
+    api = ev.api[calls[c]]
+    start, end = ev.ts[calls[c]], ev.end[calls[c]]
+    a_start, a_end = ev.ts[acts[linked]], ev.end[acts[linked]]
+    inside = (
+        np.isin(api, [ApiKind.LAUNCH, ApiKind.GRAPH_LAUNCH])
+        & (kinds[c] == Blocking.NO)
+        & (end - start >= _RUNTIME_MIN_US)
+        & (a_start >= start - CLOCK_SKEW_US)
+        & (a_end <= end + CLOCK_SKEW_US)
+    )
+    if not inside.any():
+        return {}
+    filled = np.bincount(c[inside], weights=(a_end - a_start)[inside], minlength=len(calls))
+    dur = ev.end[calls] - ev.ts[calls]
+    out: dict[int, list[int]] = {}
+    for a, call in zip(linked[inside].tolist(), c[inside].tolist(), strict=True):
+        if filled[call] >= _RUNTIME_COVER * dur[call]:
+            out.setdefault(call, []).append(a)
+    return {call: tuple(on) for call, on in out.items()}
 
 
 CLOCK_SKEW_US = 5.0  # host and device clocks may disagree by this much
@@ -470,16 +511,28 @@ def _malloc_waited(ev: EventTable, call: int, awaited: list[int]) -> bool:
     )
 
 
+#: a launch call longer than this (the longest plausible launch latency) did host work of its own
+LONG_LAUNCH_CALL_US = MAX_BOUND_US
+
+
 def _issued_at_return(model: TraceModel, acts: I64, act_call: I64, calls: I64) -> npt.NDArray[np.bool_]:
     """Copies from pageable host memory to the device start after their call returns: the call waits for
-    the stream, stages the data, returns, and only then is the DMA issued."""
+    the stream, stages the data, returns, and only then is the DMA issued. So does the work of a launch
+    call that ran longer than any launch latency and returned before its work started."""
     ev = model.events
     pageable_htod = np.array([("HtoD" in n and "Pageable" in n) for n in model.strings], dtype=np.bool_)
     linked = act_call >= 0
     call_event = per_call(calls, act_call)
     by_copy_call = linked & (ev.api[call_event] == ApiKind.MEMCPY)
     after = ev.ts[acts] >= ev.end[call_event]  # as recorded: otherwise it is an ordinary launch edge
-    return np.asarray(by_copy_call & pageable_htod[ev.name[acts]] & after)
+    # a launch call that itself ran longer than any launch latency (first use: a module load) issued its
+    # work when it returned: the time in it is the host's, not a delay of the device
+    long_launch = (
+        linked
+        & np.isin(ev.api[call_event], [ApiKind.LAUNCH, ApiKind.GRAPH_LAUNCH])
+        & (ev.end[call_event] - ev.ts[call_event] > LONG_LAUNCH_CALL_US)
+    )
+    return np.asarray((by_copy_call & pageable_htod[ev.name[acts]] | long_launch) & after)
 
 
 def _copy_waits(

@@ -30,7 +30,7 @@ from stallscope.analyzer.core.model import F64, I64
 
 DEFAULT_LATENCY_US = 5.0  # launch latency when none can be measured
 _MIN_BOUND_US = 50.0
-_MAX_BOUND_US = 2000.0
+MAX_BOUND_US = 2000.0
 _BOUND_FACTOR = 4.0
 _TOL_MIN_US, _TOL_MAX_US = 3.0, 50.0
 _INFER_SLACK_US = 10.0  # unexplained start delay beyond which a wait on other work is looked for
@@ -51,9 +51,9 @@ def launch_latency(observed: F64, free: npt.NDArray[np.bool_], device: I64) -> L
         on = device == d
         sample = observed[free & on]
         if len(sample):
-            typical[on] = float(np.median(sample))
             p90 = float(np.percentile(sample, 90))
-            bound[on] = min(max(_MIN_BOUND_US, _BOUND_FACTOR * p90), _MAX_BOUND_US)
+            bound[on] = min(max(_MIN_BOUND_US, _BOUND_FACTOR * p90), MAX_BOUND_US)
+            typical[on] = min(float(np.median(sample)), float(bound[on][0]))  # one bound for every use
     return Latency(typical, bound)
 
 

@@ -70,3 +70,26 @@ def main_thread(model: TraceModel, g: Graph) -> int:
         return g.threads.last_lane(np.inf, int(np.bincount(g.call_lane).argmax()))
     host = [lane.id for lane in model.lanes if not lane.on_device]
     return g.threads.last_lane(np.inf, host[0]) if host else 0
+
+
+#: a stretch of a host thread that no event covers and that lasts longer than this is not Python's overhead
+#: between ops (tens of µs) but time the trace does not show: a sampled or filtered trace, a thread asleep
+UNTRACED_MIN_US = 1000.0
+_NOT_WORK = (EventKind.INSTANT, EventKind.TRACE_SPAN, EventKind.OVERHEAD)
+
+
+def untraced_intervals(model: TraceModel) -> dict[int, tuple[F64, F64]]:
+    """Per host thread, the stretches between its first and last event that none of its events covers and
+    that last longer than ``UNTRACED_MIN_US``."""
+    ev = model.events
+    host = np.array([not lane.on_device for lane in model.lanes], dtype=np.bool_)
+    mask = host[ev.lane] & ~ev.is_kind(*_NOT_WORK)
+    out: dict[int, tuple[F64, F64]] = {}
+    for lane in distinct(ev.lane[mask]).tolist():
+        on = mask & (ev.lane == lane)
+        s, e = intervals.union(ev.ts[on], ev.end[on])
+        lo, hi = e[:-1], s[1:]
+        long = (hi - lo) > UNTRACED_MIN_US
+        if long.any():
+            out[int(lane)] = (lo[long], hi[long])
+    return out

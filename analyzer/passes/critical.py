@@ -55,6 +55,7 @@ _NO_SEGMENTS: _Columns = (
     np.zeros(0),
 )
 _NO_CALLS: tuple[F64, I64] = (np.zeros(0), np.zeros(0, np.int64))  # a thread without calls
+_NO_MARKS: tuple[F64, F64, npt.NDArray[np.int8]] = (np.zeros(0), np.zeros(0), np.zeros(0, np.int8))
 _INDEX = {k: i for i, k in enumerate(_KINDS)}
 
 
@@ -97,16 +98,42 @@ def critical_path(
     end_us: float,
     main_lane: int,
     input_by_lane: dict[int, tuple[F64, F64]],
+    untraced_by_lane: dict[int, tuple[F64, F64]] | None = None,
 ) -> CriticalPath:
     """Walk back from ``end_us``. The window's end waits for its host thread and for the device work
     still running then: when an activity is running at the end, the walk starts there, else on the main
-    thread (``inputs.main_thread``)."""
-    walk = _Walk(g, start_us, input_by_lane)
+    thread (``inputs.main_thread``). A thread's time between calls is ``input`` inside data loading
+    (``input_by_lane``), ``untraced`` where none of its events covers it (``untraced_by_lane``), else
+    ``host``."""
+    walk = _Walk(g, start_us, _marked(input_by_lane, untraced_by_lane or {}))
     walk.run(_first_state(g, end_us, main_lane))
     kind, lane_of, event, lo, hi = _merged(walk)
     totals = np.bincount(kind, weights=hi - lo, minlength=len(_KINDS))
     breakdown = {k: float(totals[i]) for i, k in enumerate(_KINDS)}
     return CriticalPath(float(totals.sum()), breakdown, kind, lane_of, event, lo, hi, walk.stopped)
+
+
+#: per thread, disjoint intervals of its time between calls that are not host work, as (starts, ends, kinds)
+_Marked = dict[int, tuple[F64, F64, npt.NDArray[np.int8]]]
+
+
+def _marked(inputs: dict[int, tuple[F64, F64]], untraced: dict[int, tuple[F64, F64]]) -> _Marked:
+    """Data loading and untraced stretches of each thread, in one sorted list (they never overlap: data
+    loading is covered by events, untraced time by none)."""
+    out: _Marked = {}
+    for lane in set(inputs) | set(untraced):
+        parts = [
+            (s, e, np.full(len(s), _INDEX[kind], np.int8))
+            for (s, e), kind in (
+                (inputs.get(lane, intervals.NONE), Kind.INPUT),
+                (untraced.get(lane, intervals.NONE), Kind.UNTRACED),
+            )
+            if len(s)
+        ]
+        s, e, k = (np.concatenate(c) for c in zip(*parts, strict=True))
+        order = np.argsort(s, kind="stable")
+        out[lane] = (s[order], e[order], k[order])
+    return out
 
 
 def _first_state(g: Graph, end_us: float, main_lane: int) -> State:
@@ -124,9 +151,9 @@ class _Walk:
     """The backward walk: single steps over plain Python values (numpy scalar access would dominate on long
     paths), runs of like steps as arrays."""
 
-    def __init__(self, g: Graph, start_us: float, input_by_lane: dict[int, tuple[F64, F64]]) -> None:
+    def __init__(self, g: Graph, start_us: float, marked: _Marked) -> None:
         self.start = start_us
-        self.inputs = input_by_lane
+        self.marked = marked
         self.threads = g.threads
         self.anchor = g.thread_anchor  # a thread's first event of any kind: it exists from then on
         # the segments, appended backwards in time: single steps' in a list per column, then moved to blocks
@@ -164,6 +191,7 @@ class _Walk:
         by_stream = (how == _STREAM) & (who == idx - 1)
         self.chain = idx - np.maximum.accumulate(np.where(by_stream, -1, idx)) if len(idx) else idx
         self.plain: dict[int, I64] = {}  # per thread, the host steps in a row from each call (_plain_steps)
+        self.came_from: tuple[int, float] | None = None  # the thread and time of the last handoff taken
 
     def add(self, kind: Kind, lane: int, event: int, lo: float, hi: float) -> bool:
         """Record [lo, hi] clipped to the window; False once the window's start is reached."""
@@ -177,8 +205,9 @@ class _Walk:
         return lo > self.start
 
     def host_work(self, lane: int, lo: float, hi: float) -> bool:
-        """Host time between calls, split into ``input`` where the thread was loading data."""
-        s, e = self.inputs.get(lane, intervals.NONE)
+        """Host time between calls, split into ``input`` where the thread was loading data and
+        ``untraced`` where none of its events covers it."""
+        s, e, kinds = self.marked.get(lane, _NO_MARKS)
         cut = hi
         if len(s):
             k = int(s.searchsorted(hi, side="left")) - 1
@@ -187,7 +216,7 @@ class _Walk:
                 if in_hi < cut:
                     self.add(Kind.HOST, lane, -1, in_hi, cut)
                 if in_hi > in_lo:
-                    self.add(Kind.INPUT, lane, -1, in_lo, in_hi)
+                    self.add(_KINDS[kinds.item(k)], lane, -1, in_lo, in_hi)
                 cut = in_lo
                 k -= 1
         return self.add(Kind.HOST, lane, -1, lo, cut) if cut > lo else lo > self.start
@@ -284,8 +313,8 @@ class _Walk:
         blocking = self.c_awaited[idx] > t  # and waits on something (looked up only where this holds)
         late = np.flatnonzero(blocking)
         blocking[late] = has_waits([self.c_waits[c] for c in idx[late].tolist()])
-        s, e = self.inputs.get(lane, intervals.NONE)
-        if len(s):  # host_work's first check: an input interval overlaps (end, t)
+        s, e, _kinds = self.marked.get(lane, _NO_MARKS)
+        if len(s):  # host_work's first check: a marked interval overlaps (end, t)
             i = s.searchsorted(t, side="left") - 1
             loading = (i >= 0) & (e[np.maximum(i, 0)] > end) & (t > end)
         else:
@@ -404,6 +433,9 @@ class _Walk:
             k = min(k, below - 1)
         end = self.c_end.item(int(idx[k])) if k >= 0 else self.threads.first(lane)
         handoff = self._handoff(lane, idx, below, max(end, self.start), t)
+        if handoff is not None and handoff[1] >= t - 1e-9 and self.came_from == (handoff[0], t):
+            handoff = None  # two threads each waiting for the other at one instant: go on in this one
+        self.came_from = (lane, handoff[1]) if handoff is not None else None
         if handoff is not None:
             other, at = handoff
             if k >= 0:  # the thread resumed after the other finished

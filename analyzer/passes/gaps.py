@@ -10,12 +10,18 @@ judged from the activity that ends it and the host thread that launched that act
 - ``input``: the launching thread was inside data loading for most of the (rest of the) gap;
 - ``dependency``: the activity waited for another stream's work that completed as the gap ended, is a
   collective (it waits for the other ranks), or was held longer than a plausible launch latency after a
-  stream wait or by its CUDA graph's own order;
+  stream wait or by its CUDA graph's own order (a graph's first node waits for the launch itself: unknown
+  when that took longer than a plausible launch latency);
 - ``launch``: the launch call had started before the gap began and the delay is a plausible launch
   latency for this device (derived from the trace, ``stallscope.analyzer.graph.edges``);
-- ``host``: the launching thread started the launch only after the gap began (busy with other work);
-- ``unknown``: no launch call is known for the activity, no activity ends the gap, or the activity was
-  held past a plausible launch latency by something the trace does not show (the detail says so).
+- ``host``: the launching thread started the launch only after the gap began (busy with other work); for
+  an activity whose launch call is not in the trace, the device's driving thread was busy with its own
+  events for at least half of the gap;
+- ``untraced``: as ``host``, but none of the launching thread's events covers at least half of the gap
+  (longer stretches than Python's overhead between ops: a sampled or filtered trace);
+- ``unknown``: no launch call is known for the activity and its driving thread was not busy, no activity
+  ends the gap, or the activity was held past a plausible launch latency by something the trace does not
+  show (the detail says so).
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ import numpy.typing as npt
 from stallscope.analyzer.core import intervals
 from stallscope.analyzer.core.arrays import distinct, group_order, window_max
 from stallscope.analyzer.core.model import F64, I64, Mask, TraceModel
-from stallscope.analyzer.core.names import ApiKind, EventKind
+from stallscope.analyzer.core.names import ApiKind, EventKind, is_collective
 from stallscope.analyzer.core.numbers import duration_text
 from stallscope.analyzer.core.sites import CallSite, call_sites
 from stallscope.analyzer.graph.dependency import Graph, per_call
@@ -46,6 +52,7 @@ class Cause(str, Enum):
     LAUNCH = "launch"
     DEPENDENCY = "dependency"
     HOST = "host"
+    UNTRACED = "untraced"  # the launching thread ran nothing the trace shows (a sampled or filtered trace)
     UNKNOWN = "unknown"
 
 
@@ -83,6 +90,7 @@ def find_gaps(
     end_us: float,
     input_by_lane: dict[int, tuple[F64, F64]],
     min_gap_us: float = MIN_GAP_US,
+    untraced_by_lane: dict[int, tuple[F64, F64]] | None = None,
 ) -> GapReport:
     """Gaps of ``device`` (busy: its disjoint busy intervals inside the window) with causes and bubbles.
 
@@ -96,11 +104,13 @@ def find_gaps(
     lo, hi = lo[keep], hi[keep]
     leads = _Leads(g, device)
     lead, charge = leads.charges(lo, hi)
-    rest = _rest(g, lo + charge, hi, _endings(g, device, hi), input_by_lane)
+    host_time = _HostTime(model, g, device, input_by_lane, untraced_by_lane or {})
+    rest = _rest(g, lo + charge, hi, _endings(g, device, hi), host_time)
     causes, details = _causes_after_sync(model, g, rest, _HostWork(model))
     # the launching line is where to look unless the activity waited for something else
     located = np.array([c is not Cause.DEPENDENCY for c in causes], dtype=np.bool_)
-    sites = call_sites(model, np.where((rest.rule != _NO_CALL) & located, rest.launch, -1))
+    launched = (rest.rule != _NO_CALL) & (rest.rule != _DRIVER_BUSY)  # a launch call is known
+    sites = call_sites(model, np.where(launched & located, rest.launch, -1))
     synced = np.flatnonzero((lead >= 0) & (charge >= rest.share))
     sync_sites = dict(zip(synced.tolist(), call_sites(model, g.call_event[lead[synced]]), strict=True))
     bubbles: dict[int, float] = {}
@@ -176,7 +186,45 @@ class _Leads:
 
 
 # the rule after sync that decides a gap's cause, in the order they are tried (see the module docstring)
-_NO_CALL, _INPUT, _WAITED, _HELD, _HOST = range(5)
+_NO_CALL, _INPUT, _WAITED, _HELD, _HOST, _UNTRACED, _DRIVER_BUSY = range(7)
+_WORK_KINDS = (EventKind.CPU_OP, EventKind.ANNOTATION, EventKind.PYTHON, EventKind.RUNTIME, EventKind.DRIVER)
+
+
+class _HostTime:
+    """What the host threads did, as the gap rules read it: each thread's data loading and untraced
+    stretches, and the device's driving thread (the one that launched most of its work, else the one
+    that issued most calls) with the time its own events cover."""
+
+    def __init__(
+        self,
+        model: TraceModel,
+        g: Graph,
+        device: int,
+        inputs: dict[int, tuple[F64, F64]],
+        untraced: dict[int, tuple[F64, F64]],
+    ) -> None:
+        self.inputs, self.untraced = inputs, untraced
+        mine = (g.act_device == device) & (g.act_call >= 0)
+        lanes = per_call(g.call_lane, g.act_call[mine]) if mine.any() else g.call_lane
+        self.driver = int(np.bincount(lanes).argmax()) if len(lanes) else -1
+        ev = model.events
+        step = np.array([s.startswith("ProfilerStep#") for s in model.strings], dtype=np.bool_)
+        host = np.array([not lane.on_device for lane in model.lanes], dtype=np.bool_)[ev.lane]
+        work = host & ev.is_kind(*_WORK_KINDS) & ~step[ev.name]
+        on = work & (ev.lane == self.driver)
+        self.driver_work = intervals.union(ev.ts[on], ev.end[on])
+        self.any_work = intervals.union(ev.ts[work], ev.end[work])  # every thread's (after the last work)
+
+    def share_of(self, parts: dict[int, tuple[F64, F64]], lane: I64, lo: F64, hi: F64, rows: Mask) -> F64:
+        """Per gap of ``rows``, the part of ``[lo, hi]`` its thread ``lane`` spent in ``parts`` (0 for the
+        other gaps)."""
+        out = np.zeros(len(hi))
+        for thread in distinct(lane[rows]).tolist():
+            s, e = parts.get(thread, intervals.NONE)
+            if len(s):
+                at = np.flatnonzero(rows & (lane == thread))
+                out[at] = intervals.covered_in(s, e, lo[at], hi[at])
+        return out
 
 
 @dataclass(frozen=True)
@@ -195,21 +243,19 @@ class _Rest:
     delay: F64  # from the launch's issue to the gap's end
 
 
-def _rest(g: Graph, r0: F64, g1: F64, ending: I64, input_by_lane: dict[int, tuple[F64, F64]]) -> _Rest:
-    """The rule after sync for each gap's part ``[r0, g1]``, tried in order: no launch call (unknown),
-    the thread was loading data for at least half of it (input), the activity waited for another
-    stream's work that completed as the gap ended (dependency), it was launched before the part began or
-    held far longer than the host took to launch it (``_held``), else the host was busy."""
+def _rest(g: Graph, r0: F64, g1: F64, ending: I64, host: _HostTime) -> _Rest:
+    """The rule after sync for each gap's part ``[r0, g1]``, tried in order: no launch call (the device's
+    driving thread busy with its own events for at least half of it, else unknown), the thread was
+    loading data for at least half of it (input), the activity waited for another stream's work that
+    completed as the gap ended (dependency), it was launched before the part began or held far longer
+    than the host took to launch it (``_held``), else the host: untraced when none of the thread's events
+    covers at least half of the part, busy otherwise."""
     share = np.maximum(g1 - r0, 0.0)
     call = np.where(ending >= 0, per_call(g.act_call, ending), -1)
     lane = np.asarray(per_call(g.call_lane, call), dtype=np.int64)
-    loading = np.zeros(len(g1), dtype=np.bool_)
     judged = (call >= 0) & (share > 0)
-    for thread in distinct(lane[judged]).tolist():
-        in_s, in_e = input_by_lane.get(thread, intervals.NONE)
-        if len(in_s):
-            rows = np.flatnonzero(judged & (lane == thread))
-            loading[rows] = intervals.covered_in(in_s, in_e, r0[rows], g1[rows]) >= 0.5 * share[rows]
+    loading = host.share_of(host.inputs, lane, r0, g1, judged) >= 0.5 * share
+    loading &= judged
     tol = max(_BOUND_US, g.wait_tolerance_us)
     waited_for = np.full(len(g1), -1, dtype=np.int64)
     left = np.flatnonzero((call >= 0) & ~loading)
@@ -225,9 +271,19 @@ def _rest(g: Graph, r0: F64, g1: F64, ending: I64, input_by_lane: dict[int, tupl
     bound = np.asarray(per_call(g.act_bound, ending), dtype=np.float64)
     held = (issued <= r0) | ((delay > bound) & (delay > issued - r0))
     rule = np.where(held, _HELD, _HOST)
+    dark = (rule == _HOST) & judged
+    rule[dark & (host.share_of(host.untraced, lane, r0, g1, dark) >= 0.5 * share)] = _UNTRACED
     rule[waited_for >= 0] = _WAITED
     rule[loading] = _INPUT
+    unlinked = (call < 0) & (share > 0)  # no launch call in the trace, or no work followed at all
     rule[call < 0] = _NO_CALL
+    if unlinked.any() and host.driver >= 0:
+        driven = np.full(len(g1), host.driver, dtype=np.int64)
+        busy = host.share_of({host.driver: host.driver_work}, driven, r0, g1, unlinked) >= 0.5 * share
+        tail = unlinked & (ending < 0) & ~busy  # nothing followed: any thread still working
+        busy |= host.share_of({host.driver: host.any_work}, driven, r0, g1, tail) >= 0.5 * share
+        rule[unlinked & busy] = _DRIVER_BUSY
+        lane = np.where(unlinked & busy, host.driver, lane)
     launch = np.asarray(per_call(g.call_event, call), dtype=np.int64)
     return _Rest(r0, g1, share, rule.astype(np.int8), ending, lane, launch, waited_for, delay)
 
@@ -239,7 +295,7 @@ def _causes_after_sync(
     strings, name = model.strings, model.events.name
     ending_name = per_call(name, np.asarray(per_call(g.act_event, rest.ending), dtype=np.int64)).tolist()
     launch_name = per_call(name, rest.launch).tolist()
-    busy_with = work.busiest(rest.lane, rest.r0, rest.g1, rest.rule == _HOST)
+    busy_with = work.busiest(rest.lane, rest.r0, rest.g1, np.isin(rest.rule, (_HOST, _DRIVER_BUSY)))
     loader = work.busiest(rest.lane, rest.r0, rest.g1, rest.rule == _INPUT, loaders_only=True)
     held = _held(model, g, rest)
     causes: list[Cause] = []
@@ -247,6 +303,16 @@ def _causes_after_sync(
     for i, (rule, ending) in enumerate(zip(rest.rule.tolist(), rest.ending.tolist(), strict=True)):
         if rule == _HOST:
             cause, detail = Cause.HOST, f"host busy in {busy_with[i] or strings[launch_name[i]]}"
+        elif rule == _UNTRACED:
+            cause = Cause.UNTRACED
+            detail = f"{model.lanes[int(rest.lane[i])].label} ran nothing the trace shows before launching"
+        elif rule == _DRIVER_BUSY:
+            why = (
+                f"the launch of {strings[ending_name[i]][:80]} is not in the trace"
+                if ending >= 0
+                else "no device work followed"
+            )
+            cause, detail = Cause.HOST, f"host busy in {busy_with[i] or 'its own work'} ({why})"
         elif rule == _HELD:
             cause, detail = held[i]
         elif rule == _INPUT:
@@ -279,16 +345,23 @@ def _held(model: TraceModel, g: Graph, rest: _Rest) -> dict[int, tuple[Cause, st
         (delay <= g.act_bound[ending]).tolist(),
         g.call_after_wait[call].tolist(),
         (ev.api[launch] == ApiKind.GRAPH_LAUNCH).tolist(),
+        _first_of_call(g, ending).tolist(),
     )
     verdicts: dict[int, tuple[Cause, str]] = {}
-    for i, name, launched, held_us, plausible, after_wait, graph in zip(*columns, strict=True):
-        if any(word in name.lower() for word in _COLLECTIVE_WORDS):
+    for i, name, launched, held_us, plausible, after_wait, graph, first in zip(*columns, strict=True):
+        if is_collective(name) or "c10d::" in name:
             verdicts[i] = Cause.DEPENDENCY, f"{name} (a collective) waited for the other ranks"
         elif plausible:
             verdicts[i] = Cause.LAUNCH, f"{launched} started {duration_text(held_us)} before its work ran"
         elif after_wait:
             detail = f"{name} launched after a stream wait: held {duration_text(held_us)} waiting for another stream"
             verdicts[i] = Cause.DEPENDENCY, detail
+        elif graph and first:  # nothing of its graph ran before it: it waited for the launch itself
+            detail = (
+                f"{name}, the first node of its CUDA graph, started {duration_text(held_us)} after the graph "
+                f"launch ({launched}): held by the launch or what it waited for, which the trace does not show"
+            )
+            verdicts[i] = Cause.UNKNOWN, detail
         elif graph:
             verdicts[i] = Cause.DEPENDENCY, f"{name} held {duration_text(held_us)} by its graph's own order"
         else:
@@ -297,7 +370,14 @@ def _held(model: TraceModel, g: Graph, rest: _Rest) -> dict[int, tuple[Cause, st
     return verdicts
 
 
-_COLLECTIVE_WORDS = ("nccl", "rccl", "allreduce", "all_reduce", "allgather", "reducescatter", "c10d::")
+def _first_of_call(g: Graph, acts: I64) -> Mask:
+    """Per activity in ``acts``: none of the activities its launch call issued started before it."""
+    linked = np.flatnonzero(g.act_call >= 0)
+    first = np.full(g.calls, np.inf)
+    np.minimum.at(first, g.act_call[linked], g.act_start[linked])
+    call = g.act_call[acts]
+    earliest = np.asarray(per_call(first, call), dtype=np.float64)
+    return np.asarray((call < 0) | (g.act_start[acts] <= earliest))
 
 
 def _op(model: TraceModel, event: int) -> str:

@@ -48,11 +48,11 @@ class Costs:
     """How a scenario changes the graph inside the window."""
 
     device_scale: float = 1.0  # every device activity's duration (collectives too, unless comm_scale says)
-    comm_scale: float | None = None  # collective kernels' duration (None: as device_scale)
     host_scale: float = 1.0  # every host gap and call's own time
     input_scale: float = 1.0  # host time inside data loading (0: loading moved off the critical thread)
     launch_scale: float = 1.0  # every launch latency (call start to the activity's unqueued start)
     no_wait: frozenset[int] = field(default_factory=frozenset)  # calls that no longer wait (work stays)
+    comm_scale: float | None = None  # collective kernels' duration (None: as device_scale)
 
 
 @dataclass(frozen=True)
@@ -68,10 +68,12 @@ class Frame:
     call_in: list[bool]
     act_in: list[bool]
     gap_input: Sequence[float]
+    gap_untraced: Sequence[float]  # each gap's time no event of its thread covers (no speed-up shortens it)
     main_lane: int
     tail_call: int  # last call of the main thread ending in the window (-1: none)
     tail_gap: float  # from that call's end to the window end
     tail_input: float
+    tail_untraced: float
     tail_dep: int  # the other thread's call the main thread waited for at the window's end (-1: none)
     tail_dep_gap: float  # from that call's end to the window end
     window_acts: np.ndarray  # activities launched inside the window (their end bounds the makespan)
@@ -102,24 +104,33 @@ def make_frame(
     end_us: float,
     main_lane: int,
     input_by_lane: dict[int, tuple[F64, F64]],
+    host_end_us: float | None = None,
+    untraced_by_lane: dict[int, tuple[F64, F64]] | None = None,
 ) -> Frame:
+    """What every replay shares. ``host_end_us``: when the main thread's own work ended (the window's end
+    when None): a window timed to its last event can end in device work queued long after the host
+    finished issuing, and that wait is not host time a faster host would shorten."""
     kind, index, chains = _agenda(g)
     gap_start = g.call_start - g.call_gap
-    gap_input = np.zeros(g.calls)
-    for lane, (s, e) in input_by_lane.items():
-        on = np.flatnonzero(g.call_lane == lane)
-        if len(on) and len(s):
-            gap_input[on] = intervals.covered_in(s, e, gap_start[on], g.call_start[on])
+    gap_input, gap_untraced = np.zeros(g.calls), np.zeros(g.calls)
+    for parts, out in ((input_by_lane, gap_input), (untraced_by_lane or {}, gap_untraced)):
+        for lane, (s, e) in parts.items():
+            on = np.flatnonzero(g.call_lane == lane)
+            if len(on) and len(s):
+                out[on] = intervals.covered_in(s, e, gap_start[on], g.call_start[on])
     issued = g.issued()
     window_acts = np.flatnonzero((issued >= start_us) & (issued <= end_us))
-    tail_call, tail_gap, tail_input = _tail(g, main_lane, end_us, input_by_lane)
+    host_end = end_us if host_end_us is None else min(host_end_us, end_us)
+    tail_call, tail_gap, tail_input = _tail(g, main_lane, end_us, host_end, input_by_lane)
+    tail_untraced = _tail(g, main_lane, end_us, host_end, untraced_by_lane or {})[2]
     tail_dep, tail_dep_gap = -1, 0.0
     if tail_call >= 0:
-        h = g.threads.waited_for(main_lane, float(g.call_end[tail_call]), end_us)
+        h = g.threads.waited_for(main_lane, float(g.call_end[tail_call]), host_end)
         if h is not None:
-            tail_dep, tail_dep_gap = h.call, end_us - float(g.call_end[h.call])
-            tail_gap = g.threads.own(main_lane, float(g.call_end[tail_call]), end_us)
+            tail_dep, tail_dep_gap = h.call, host_end - float(g.call_end[h.call])
+            tail_gap = g.threads.own(main_lane, float(g.call_end[tail_call]), host_end)
             tail_input = min(tail_input, tail_gap)
+            tail_untraced = min(tail_untraced, tail_gap - tail_input)
     offsets: list[tuple[tuple[int, float], ...]] = [()] * g.activities
     for i in np.flatnonzero(has_waits(g.act_waits)).tolist():
         offsets[i] = tuple(zip(g.act_waits[i], g.act_wait_gap[i], strict=True))
@@ -131,10 +142,12 @@ def make_frame(
         call_in=(g.call_start >= start_us).tolist(),
         act_in=(issued >= start_us).tolist(),
         gap_input=_sequence(gap_input),
+        gap_untraced=_sequence(gap_untraced),
         main_lane=main_lane,
         tail_call=tail_call,
         tail_gap=tail_gap,
         tail_input=tail_input,
+        tail_untraced=tail_untraced,
         tail_dep=tail_dep,
         tail_dep_gap=tail_dep_gap,
         window_acts=window_acts,
@@ -248,19 +261,19 @@ def _columns(columns: dict[str, npt.NDArray[Any]]) -> dict[str, Any]:
 
 
 def _tail(
-    g: Graph, lane: int, end_us: float, input_by_lane: dict[int, tuple[F64, F64]]
+    g: Graph, lane: int, end_us: float, host_end: float, input_by_lane: dict[int, tuple[F64, F64]]
 ) -> tuple[int, float, float]:
+    """The main thread's last call ending in the window, the host's own time from its end to
+    ``host_end`` (none when the host had finished by then), and how much of that was data loading."""
     on = np.flatnonzero((g.call_lane == lane) & (g.call_end <= end_us))
     if not len(on):
         return -1, 0.0, 0.0
     last = int(on[-1])
+    done = float(g.call_end[last])
+    until = max(host_end, done)
     s, e = input_by_lane.get(lane, intervals.NONE)
-    inside = (
-        float(intervals.covered_in(s, e, np.array([g.call_end[last]]), np.array([end_us]))[0])
-        if len(s)
-        else 0.0
-    )
-    return last, end_us - float(g.call_end[last]), inside
+    inside = float(intervals.covered_in(s, e, np.array([done]), np.array([until]))[0]) if len(s) else 0.0
+    return last, until - done, inside
 
 
 def recorded_end(g: Graph, f: Frame) -> float:
@@ -335,9 +348,12 @@ def _predicted_end(
 ) -> float:
     host = f.end_us
     if f.tail_call >= 0:
+        dark = f.tail_untraced  # time the trace does not show: no speed-up shortens it
         tail = (
-            f.tail_gap - f.tail_input
-        ) * costs.host_scale + f.tail_input * costs.host_scale * costs.input_scale
+            (f.tail_gap - f.tail_input - dark) * costs.host_scale
+            + f.tail_input * costs.host_scale * costs.input_scale
+            + dark
+        )
         host = float(call_end[f.tail_call]) + tail
         if f.tail_dep >= 0:
             host = max(host, float(call_end[f.tail_dep]) + f.tail_dep_gap * costs.host_scale)
@@ -455,9 +471,15 @@ class _Scaled:
 
     def gap(self, host: float, loading: float) -> tuple[Sequence[float], F64]:
         part = self._array("gap_input")  # the part of each gap inside data loading
-        return self._get(
-            ("gap", host, loading), "call_in", lambda gap: (gap - part) * host + part * host * loading
-        )
+        dark = self._array("gap_untraced")  # ... and the part no event covers: kept as it is
+
+        def scale(gap: F64) -> F64:
+            plain = (gap - part) * host + part * host * loading
+            return np.asarray(
+                np.where(dark > 0, (gap - part - dark) * host + part * host * loading + dark, plain)
+            )
+
+        return self._get(("gap", host, loading), "call_in", scale)
 
     def own(self, host: float) -> tuple[Sequence[float], F64]:
         return self._get(("own", host, 1.0), "call_in", lambda own: own * host)
@@ -489,7 +511,12 @@ class _Scaled:
         """A frame column as numpy (a view of a C array, a copy of a list), converted once."""
         if name not in self._arrays:
             f = self._f
-            column = {"gap_input": f.gap_input, "call_in": f.call_in, "act_in": f.act_in}.get(name)
+            column = {
+                "gap_input": f.gap_input,
+                "gap_untraced": f.gap_untraced,
+                "call_in": f.call_in,
+                "act_in": f.act_in,
+            }.get(name)
             self._arrays[name] = np.asarray(f.lists[name] if column is None else column)
         return self._arrays[name]
 

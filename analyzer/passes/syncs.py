@@ -32,6 +32,9 @@ class SyncKind(str, Enum):
     EVENT = "event"
     PAGEABLE_COPY = "pageable_copy"  # a non_blocking copy made synchronous by pageable memory
     ALLOCATOR = "allocator"
+    RUNTIME = (
+        "runtime"  # a blocking runtime's launch (MTIA runFunction): how the program launches, never avoidable
+    )
     OTHER = "other"
 
 
@@ -182,6 +185,8 @@ def _kind(
     blocking = {Blocking(int(g.call_blocking[c])) for c in members}
     if blocking == {Blocking.ALLOCATOR}:  # only allocator calls blocked, whatever op allocated (aten::to...)
         return SyncKind.ALLOCATOR
+    if blocking == {Blocking.RUNTIME}:
+        return SyncKind.RUNTIME
     ops = [n for c in members for n in _ops_under(model, top, int(g.call_event[c]))]
     if any(_SCALAR.match(n) for n in ops):
         return SyncKind.SCALAR_READ
@@ -279,7 +284,7 @@ def _classify(model: TraceModel, g: Graph, raw: list[Raw], end_us: float) -> tup
         end = float(g.call_end[list(members)].max())
         reasons: list[Reason] = []
         final = i == len(raw) - 1 and count_at[site_key(r)] == 1 and not _issued_between(issued, end, end_us)
-        if not final:
+        if not final and kind != SyncKind.RUNTIME:
             if kind == SyncKind.BLANKET and step >= 0:
                 reasons.append(Reason.BLANKET)
             in_steps = {s for s in steps_at[site_key(r)] if s >= 0}

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from stallscope.analyzer.core import intervals
 from stallscope.analyzer.core.model import TraceModel
 from stallscope.analyzer.graph.dependency import Blocking, Graph
 from stallscope.analyzer.passes.critical import CriticalPath, Kind
@@ -44,6 +45,29 @@ class WhatIfReport:
 
     def saving(self, scenario: Scenario) -> float:
         return next((r.saving_us for r in self.results if r.scenario == scenario), 0.0)
+
+
+#: the share of a device's busy time without a launch call above which the replays say little (a note says so)
+PINNED_SHARE = 0.2
+
+
+def pinned_share(g: Graph, device: int | None, start_us: float, end_us: float) -> float:
+    """Share of the device's activities in ``[start_us, end_us]`` whose launch call is not in the trace, by
+    busy time or by count, whichever is larger: the replays keep them at their recorded times, whatever a
+    scenario speeds up, and the work queued behind them on their streams waits for them (many short ones
+    pin the rest as surely as a few long ones)."""
+    if device is None or not g.activities:
+        return 0.0
+    mine = (g.act_device == device) & (g.act_end > start_us) & (g.act_start < end_us)
+    busy = intervals.total(
+        *intervals.clip(*intervals.union(g.act_start[mine], g.act_end[mine]), start_us, end_us)
+    )
+    pinned = mine & (g.act_call < 0)
+    held = intervals.total(
+        *intervals.clip(*intervals.union(g.act_start[pinned], g.act_end[pinned]), start_us, end_us)
+    )
+    by_count = int(np.count_nonzero(pinned)) / max(int(np.count_nonzero(mine)), 1)
+    return max(held / busy if busy > 0 else 0.0, by_count)
 
 
 def scenario_costs(

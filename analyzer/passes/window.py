@@ -140,6 +140,19 @@ def _covered(ts: F64, end: F64, mask: npt.NDArray[np.bool_], window: Window) -> 
     return intervals.total(*intervals.clip(s, e, window.start_us, window.end_us))
 
 
+def host_end(model: TraceModel, lane: int, window: Window) -> float:
+    """When the thread ``lane``'s own work in the window ended: the window's end for a window of profiled
+    steps (the host closes each step), else its last event's end (a window timed to its last event can
+    end in device work queued after the host finished)."""
+    if window.basis == WindowBasis.STEPS:
+        return window.end_us
+    ev = model.events
+    mine = (ev.lane == lane) & ~ev.is_kind(*_NOT_WORK) & (ev.ts <= window.end_us)
+    if not mine.any():
+        return window.end_us
+    return float(min(ev.end[mine].max(), window.end_us))
+
+
 def host_sync_calls(g: Graph) -> tuple[F64, F64]:
     """Disjoint intervals in which a host call was blocked waiting for device work (device/stream/event
     synchronize, synchronous copies and copies to or from pageable memory, allocator syncs): from each
