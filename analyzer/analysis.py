@@ -46,7 +46,7 @@ from stallscope.analyzer.passes.window import (
     summarize,
 )
 
-SCHEMA = "stallscope.analysis/2"
+SCHEMA = "stallscope.analysis/3"
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Summary charts of an analysis: idle by cause, critical path by kind, per-step stacked bars and the
 pipeline model (serial vs pipelined). Shared by the HTML report and the Dash dashboard.
 
-Every function takes the analysis JSON (``stallscope.analyzer.document.analysis.to_json``, schema ``stallscope.analysis/2``), so
+Every function takes the analysis JSON (``stallscope.analyzer.document.analysis.to_json``, schema ``stallscope.analysis/3``), so
 a chart draws exactly the numbers the JSON holds and works on an uploaded analysis as well as on a live
 one. Colours come from ``stallscope.dashboard.palette``. Trace text (step names) is HTML-escaped before plotly sees
 it: plotly renders a subset of HTML in labels.

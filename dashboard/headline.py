@@ -15,6 +15,18 @@ from typing import Any
 
 Doc = dict[str, Any]
 
+#: Each what-if scenario in words, in every view (the report's table and sentence, the what-if page).
+SCENARIO_LABELS: dict[str, str] = {
+    "no_avoidable_syncs": "remove the avoidable syncs",
+    "no_syncs": "remove every sync (the work stays)",
+    "device_2x": "device twice as fast",
+    "host_2x": "host twice as fast",
+    "input_overlapped": "overlap data loading with compute",
+    "compute_2x": "compute twice as fast (collectives as recorded)",
+    "communication_2x": "collectives twice as fast",
+    "communication_overlapped": "overlap the collectives fully with compute",
+}
+
 #: The label shown instead of a utilization and a bottleneck for a CPU-only trace.
 CPU_ONLY = "CPU only"
 

@@ -5,7 +5,8 @@ The API is plain mappings from the analyzer's string values to CSS colours, plus
 that accept either the Enum member or its string value. Causes and critical-path kinds that share a
 name (``sync``, ``input``, ``launch``, ``host``) share a colour, so a reader learns one legend:
 red is a sync, orange is data loading, purple is launch latency, blue is host work, green is the device
-computing, greys are idle or unexplained. The colours are the Okabe-Ito colour-blind-safe set, slightly
+computing, reddish purple its collectives, sand is host time the trace does not show, greys are idle or
+unexplained. The colours are the Okabe-Ito colour-blind-safe set, slightly
 muted so that long bars stay readable; order the legend with ``CAUSES`` / ``KINDS``.
 
 The timeline's raw events (kernels, host ops, runtime calls) are drawn in lighter tints of those colours:
@@ -28,6 +29,8 @@ SYNC = "#d1495b"  # red: a blocking sync
 DEPENDENCY = "#a6761d"  # brown: waiting on another stream / a collective
 IDLE = "#c3c8cf"  # light grey: nothing running
 UNKNOWN = "#8a919b"  # grey: not explained
+COMMUNICATION = "#cc79a7"  # reddish purple: collectives (NCCL/RCCL), transfer or waiting for other ranks
+UNTRACED = "#d9cbb4"  # pale sand: host time the trace does not show
 COPY = "#2bb0c7"  # teal: memcpy
 MEMSET = "#c9bd52"  # olive: memset (apart from the kernels' green tint)
 PYTHON = "#c8d9ee"  # very pale blue: python frames (apart from the host ops' tint)
@@ -36,9 +39,9 @@ OTHER = "#d5d9de"
 COUNTER = "#5b4b8a"  # dark violet: counter lines (a value over time, not an interval)
 
 #: Gap causes (``stallscope.analyzer.passes.gaps.Cause`` values), in legend order.
-CAUSES: tuple[str, ...] = ("sync", "input", "launch", "dependency", "host", "unknown")
+CAUSES: tuple[str, ...] = ("sync", "input", "launch", "dependency", "host", "untraced", "unknown")
 #: Critical-path segment kinds (``stallscope.analyzer.passes.critical.Kind`` values), in legend order.
-KINDS: tuple[str, ...] = ("device", "host", "input", "launch", "sync", "idle")
+KINDS: tuple[str, ...] = ("device", "communication", "host", "input", "launch", "sync", "untraced", "idle")
 
 CAUSE_COLORS: Mapping[str, str] = MappingProxyType(
     {
@@ -47,6 +50,7 @@ CAUSE_COLORS: Mapping[str, str] = MappingProxyType(
         "launch": LAUNCH,
         "dependency": DEPENDENCY,
         "host": HOST,
+        "untraced": UNTRACED,
         "unknown": UNKNOWN,
     }
 )
@@ -54,10 +58,12 @@ CAUSE_COLORS: Mapping[str, str] = MappingProxyType(
 KIND_COLORS: Mapping[str, str] = MappingProxyType(
     {
         "device": DEVICE,
+        "communication": COMMUNICATION,
         "host": HOST,
         "input": INPUT,
         "launch": LAUNCH,
         "sync": SYNC,
+        "untraced": UNTRACED,
         "idle": IDLE,
     }
 )

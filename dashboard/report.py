@@ -32,18 +32,12 @@ from stallscope.analyzer.findings.latent import UNMEASURED, measured
 from stallscope.analyzer.job.result import JobAnalysis
 from stallscope.analyzer.passes.verdict import SENTENCE
 from stallscope.dashboard import charts, job_report, palette, timeline
-from stallscope.dashboard.headline import best_saving, cpu_only
+from stallscope.dashboard.headline import SCENARIO_LABELS, best_saving, cpu_only
 
 Progress = Callable[[str], None]
 Doc = dict[str, Any]
 
-_SCENARIOS = {
-    "no_avoidable_syncs": "remove the avoidable syncs",
-    "no_syncs": "remove every sync (the work stays)",
-    "device_2x": "device twice as fast",
-    "host_2x": "host twice as fast",
-    "input_overlapped": "overlap data loading with compute",
-}
+_SCENARIOS = SCENARIO_LABELS
 _VENDORED = Path(__file__).resolve().parent / "vendor" / "plotly-basic.min.js"
 #: trace types the vendored plotly.js bundle draws ("basic": scatter, bar, pie); figures use only these
 BUNDLE_TRACE_TYPES = frozenset({"scatter", "bar", "pie"})

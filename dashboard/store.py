@@ -311,7 +311,7 @@ class Store:
         return path
 
     def analysis(self, trace_id: str) -> dict[str, Any]:
-        """The analysis JSON (schema ``stallscope.analysis/2``) of a ready entry. The last few parsed
+        """The analysis JSON (schema ``stallscope.analysis/3``) of a ready entry. The last few parsed
         documents are kept (a 1M-event trace's is tens of MB); a kept one is served only while its file
         is the one that was verified (same folder, size and mtime). Callers must not modify it."""
         return self._doc(trace_id, "analysis.json")

@@ -1,6 +1,6 @@
 """One side of a comparison (``diff``, ``check --baseline``): a trace, folder or bundle analysed now, or an
 analysis saved by ``analyze --json``. Either way the result is the analysis document (schema
-``stallscope.analysis/2``), so both compare alike (``stallscope.analyzer.document.diff``)."""
+``stallscope.analysis/3``), so both compare alike (``stallscope.analyzer.document.diff``)."""
 
 from __future__ import annotations
 

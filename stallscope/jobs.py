@@ -41,6 +41,10 @@ def load_and_analyse_job(
         if len(failures) == 1:
             raise StallscopeError(failures[0].error)
         raise TraceError(" ".join(inputs), f"none of {len(files)} trace files loads ({failures[0].error})")
+    if len(tables) == 1 and not failures:  # one rank (or one run) left: not a job
+        (only,) = tables
+        single = load_and_analyse(only.path, rank, how.use_cache, progress, time_limit_s, max_inflated_mb)
+        return replace(single, notes=tuple(notes) + single.notes), None
     chosen = (
         min(tables, key=lambda t: t.rank)
         if rank is None

@@ -83,7 +83,7 @@ def test_upload_list_fetch_analysis_delete(server: Running) -> None:
         "best_saving_us": best_saving(expected)[0],
     }
     status, doc = call("GET", f"{server.url}/api/traces/{trace_id}/analysis")
-    assert status == 200 and doc["schema"] == "stallscope.analysis/2"
+    assert status == 200 and doc["schema"] == "stallscope.analysis/3"
     assert doc["syncs"] == expected["syncs"] and doc["findings"] == expected["findings"]
     status, _ = call("DELETE", f"{server.url}/api/traces/{trace_id}")
     assert status == 204

@@ -82,7 +82,8 @@ def test_human_summary(capsys: pytest.CaptureFixture[str]) -> None:
     assert "GPU 0 utilization 89.9%" in lines[1]
     # the verdict's evidence: share of the path, utilization, what each speed-up saves
     assert lines[2].startswith("            evidence: critical path device ")
-    assert "GPU 90% busy" in lines[2] and "a faster {device, host, input, sync, launch} saves" in lines[2]
+    assert "GPU 90% busy" in lines[2] and "would save: 2x faster compute " in lines[2]
+    assert "2x faster host " in lines[2] and "data loading overlapped " in lines[2]
     assert lines[5].startswith("  findings 1. [high] `.item()` / scalar read syncs the GPU at train.py:42")
     assert lines[6].startswith("              fix: Keep the value on the device")
     assert lines[7] == "  syncs     5 blocking, 4 avoidable:"
@@ -111,7 +112,7 @@ def test_json_output_matches_the_sample_ground_truth(name: str, tmp_path: Path) 
     doc = strict_json(out.read_text())
     # THEN every key of the contract is there
     assert set(doc) >= TOP_LEVEL
-    assert doc["schema"] == "stallscope.analysis/2"
+    assert doc["schema"] == "stallscope.analysis/3"
     assert set(doc["summary"]) >= SUMMARY
     # ... the window and the device's busy time are the simulated ones, exactly
     assert doc["window"] == want["window"]
@@ -201,7 +202,7 @@ def test_json_file_and_summary_together(tmp_path: Path, capsys: pytest.CaptureFi
     assert main(["analyze", str(SAMPLE), "--json", str(out)]) == 0
     text = capsys.readouterr().out
     assert "utilization" in text and f"  json      {out}" in text
-    assert strict_json(out.read_text())["schema"] == "stallscope.analysis/2"
+    assert strict_json(out.read_text())["schema"] == "stallscope.analysis/3"
 
 
 def test_quiet_prints_nothing(capsys: pytest.CaptureFixture[str]) -> None:

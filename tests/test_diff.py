@@ -401,7 +401,7 @@ def test_check_baseline_reads_a_saved_analysis(tmp_path: Path, capsys: pytest.Ca
         (["diff", "{fast}", "{missing}"], "missing.json"),
         (
             ["diff", "{fast}", "{diffdoc}"],
-            "only stallscope.analysis/1 and stallscope.analysis/2 can be compared",
+            "only stallscope.analysis/1, stallscope.analysis/2, stallscope.analysis/3 can be compared",
         ),
         (["diff", "{truncated}", "{fast}"], "a saved analysis that is not valid JSON"),
         (["diff", "{partial}", "{fast}"], "not a complete stallscope analysis ('summary' missing)"),

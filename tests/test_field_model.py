@@ -334,3 +334,66 @@ def test_a_cpu_only_run_gets_whatif_savings_that_agree_with_its_findings(write_t
     (finding,) = [f for f in a.findings if f.rule == "input_bound"]
     assert finding.est_saving_us == pytest.approx(18_000) == a.summary.est_saving_us
     assert a.summary.bottleneck == "input" and a.warnings == ()
+
+
+def test_the_self_check_compares_each_kinds_path_share_with_what_speeding_it_up_saves(
+    write_trace: WriteTrace,
+) -> None:
+    a = analysed(write_trace, autograd_step())
+    assert a.verdict is not None and a.critical is not None and check(a) == ()
+    # WHEN host is 60% of the path but a faster host saves nothing THEN the two disagree
+    w = a.window.dur_us
+    breakdown = {k: 0.0 for k in Kind} | {Kind.HOST: 0.6 * w, Kind.DEVICE: 0.4 * w}
+    sens = dict(a.verdict.sensitivity_us) | {"host": 0.001 * w}
+    contradicted = replace(
+        a,
+        critical=replace(a.critical, breakdown_us=breakdown),
+        verdict=replace(a.verdict, sensitivity_us=sens),
+    )
+    assert "host is 60% of the critical path but speeding it up saves 0.1% of the window" in check(
+        contradicted
+    )
+
+
+def test_the_self_check_flags_a_device_verdict_on_an_idle_path_and_a_mostly_idle_gpu(
+    write_trace: WriteTrace,
+) -> None:
+    a = analysed(write_trace, autograd_step())
+    assert a.verdict is not None
+    w = a.window.dur_us
+    verdict = replace(
+        a.verdict,
+        bottleneck="device",
+        utilization=0.2,
+        sensitivity_us=dict(a.verdict.sensitivity_us) | {"device": 0.2 * w, "host": 0.0},
+        path_share={"idle": 0.7, "device": 0.3},
+    )
+    assert "verdict device-bound with the GPU 20% busy and 70% of the path idle" in check(
+        replace(a, verdict=verdict)
+    )
+
+
+def test_the_self_check_flags_a_launch_segment_past_the_bound_and_a_walk_that_stopped(
+    write_trace: WriteTrace,
+) -> None:
+    a = analysed(write_trace, autograd_step())
+    cp, g = a.critical, a.graph
+    assert cp is not None and g is not None and check(a) == ()
+    bound = float(np.max(g.act_bound))
+    # a launch segment twice the plausible launch delay, as a walk without one bound made
+    kind = np.array([list(Kind).index(Kind.LAUNCH)], dtype=np.int8)
+    long = replace(
+        cp,
+        kind=kind,
+        lane=np.array([0]),
+        event=np.array([-1]),
+        start_us=np.array([a.window.start_us]),
+        end_us=np.array([a.window.start_us + 2 * bound]),
+    )
+    (warning,) = [w for w in check(replace(a, critical=long)) if "launch segment" in w]
+    assert f"lasts {2 * bound:.0f} us, longer than a plausible launch delay ({bound:.0f} us)" in warning
+    stopped = replace(cp, stopped="the recorded order has a cycle (an edge back in time): the rest is idle")
+    assert check(replace(a, critical=stopped)) == (
+        "the critical path walk stopped early: the recorded order has a cycle (an edge back in time): the rest "
+        "is idle",
+    )

@@ -27,6 +27,14 @@ def field(name: str) -> Analysis:
     return analyze(load(path))
 
 
+@cache
+def load_shared(name: str) -> Analysis:
+    path = FIELD.parent / f"{name}.pt.trace.json.gz"
+    if not path.is_file():
+        pytest.skip(f"{path} not present")
+    return analyze(load(path))
+
+
 def share(a: Analysis, kind: Kind) -> float:
     assert a.critical is not None
     return a.critical.breakdown_us[kind] / a.window.dur_us
@@ -162,3 +170,63 @@ def test_counter_series_are_summarized_over_the_window() -> None:
         "max": pytest.approx(float(inside.max())),
     }
     assert ffma["window"]["max"] > 1e9  # the FP32 FMA instructions the ranges executed
+
+
+def test_a_window_ending_in_queued_device_work_ends_earlier_on_a_faster_device() -> None:
+    a = field("tracelens_sglang_qwen3_prefilldecode")
+    g, f = a.graph, a.frame
+    assert g is not None and f is not None
+    # the host finished issuing ~0.46 s before the window's end: the queued device work decides it
+    assert a.window.end_us - float(g.call_end.max()) > 0.4 * a.window.dur_us
+    assert 0.2 < saving(a, Scenario.DEVICE_2X) < 0.3  # the device work in the tail takes half as long
+    assert a.summary.bottleneck == "device" and a.verdict is not None and a.verdict.basis == "sensitivity"
+
+
+def test_a_blocking_runtime_call_is_a_wait_and_the_verdict_is_the_device() -> None:
+    from stallscope.analyzer.core import intervals
+    from stallscope.analyzer.graph.dependency import Blocking
+
+    a = field("hta_mtia_single_rank0")
+    g = a.graph
+    assert g is not None and a.main_device is not None
+    # 95% of the device's busy time lies inside runFunction calls; those that return after the work they
+    # launched (within clock skew: the rest return a few µs early) now wait for it, and hold 90% of it
+    runtime = np.flatnonzero(g.call_blocking == Blocking.RUNTIME)
+    assert len(runtime) > 300
+    s, e = intervals.union(g.act_start, g.act_end)
+    covered = float(
+        intervals.covered_in(s, e, *intervals.union(g.call_start[runtime], g.call_end[runtime])).sum()
+    )
+    assert covered > 0.9 * intervals.total(s, e)
+    assert a.summary.bottleneck == "device" and saving(a, Scenario.HOST_2X) < 0.01
+    assert {s.kind.value for s in a.syncs if s.calls[0] in set(runtime.tolist())} == {"runtime"}
+    assert not [f for f in a.findings if f.rule.startswith("false_sync")]  # how it launches, not a mistake
+
+
+def test_two_threads_waiting_for_each_other_do_not_stop_the_path() -> None:
+    a = field("hta_trace_diff_control")
+    cp = a.critical
+    assert cp is not None and cp.stopped == ""
+    # no single idle segment covers the window: the path runs through real work
+    assert float(np.max(cp.end_us - cp.start_us)) < 0.1 * a.window.dur_us
+    assert share(a, Kind.IDLE) < 0.1 and share(a, Kind.HOST) + share(a, Kind.DEVICE) > 0.6
+    # a host verdict on an 84%-busy GPU stands on the replays: a faster host saves more than a faster device
+    assert a.verdict is not None and a.verdict.basis == "sensitivity"
+    assert a.summary.bottleneck == "host" and saving(a, Scenario.HOST_2X) > 2 * saving(a, Scenario.DEVICE_2X)
+
+
+def test_idle_inside_a_long_launch_call_is_host_time() -> None:
+    a = field("hta_rocm_mi250_minitoy")
+    idle = sum(a.idle_by_cause.values())
+    assert a.idle_by_cause[Cause.UNKNOWN] < 0.05 * idle and a.idle_by_cause[Cause.HOST] > 0.9 * idle
+    # the long hipLaunchKernel (module load) is host time: a faster host shortens it
+    assert a.critical is not None and a.critical.breakdown_us[Kind.LAUNCH] < 1_000
+    assert saving(a, Scenario.HOST_2X) > 0.3 and a.summary.bottleneck == "host"
+
+
+def test_a_filtered_trace_untraced_time_is_said_and_does_not_decide_as_host() -> None:
+    a = load_shared("hta_a100_multistream_event_sync")
+    # 19 ms of the main thread between two calls with no event at all: untraced, not host work
+    assert share(a, Kind.UNTRACED) > 0.8 and share(a, Kind.HOST) < 0.1
+    assert saving(a, Scenario.HOST_2X) < 0.05  # halving the host cannot halve what the trace does not show
+    assert a.summary.bottleneck == "untraced" and a.idle_by_cause[Cause.UNTRACED] > 0.8 * a.window.dur_us

@@ -189,3 +189,34 @@ def test_two_files_of_one_rank_keep_the_newest_and_say_so(job_folder: Path, tmp_
         "rank 1: using rank1.1700000000001.pt.trace.json.gz, ignoring rank1.pt.trace.json.gz"
         in doc["job"]["notes"]
     )
+
+
+def test_files_without_distributed_info_are_separate_runs_on_the_job_path_too(
+    job_folder: Path, tmp_path: Path, shared_traces: Path
+) -> None:
+    # GIVEN a folder with one ranked file and two runs without distributedInfo (real single-GPU traces)
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    (mixed / "rank1.pt.trace.json.gz").write_bytes((job_folder / "rank1.pt.trace.json.gz").read_bytes())
+    for name in (
+        "tracelens_h100_bert_small_pystack.pt.trace.json.gz",
+        "tracelens_b300_moe_small.pt.trace.json.gz",
+    ):
+        (mixed / name).symlink_to(shared_traces / name)
+    # WHEN analysed THEN only the ranked file is a rank: no job of 3 ranks numbered 0-2, and a note names the rest
+    doc, code = _analyze(tmp_path, str(mixed))
+    assert code == 0 and doc["job"] is None
+    assert doc["source"]["ranks"] == [1] and doc["source"]["path"].endswith("rank1.pt.trace.json.gz")
+    (note,) = [n for n in doc["source"]["notes"] if "without distributedInfo" in n]
+    assert "2 more trace files" in note and "tracelens_h100_bert_small_pystack" in note
+    # AND two runs of one model on different GPUs are not "rank 0 of 2" with a job wall across their clocks
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    for name in (
+        "tracelens_h100_bert_small_pystack.pt.trace.json.gz",
+        "tracelens_b300_moe_small.pt.trace.json.gz",
+    ):
+        (runs / name).symlink_to(shared_traces / name)
+    doc, code = _analyze(tmp_path, str(runs))
+    assert code == 0 and doc["job"] is None and doc["source"]["ranks"] == [0]
+    assert doc["summary"]["wall_us"] < 10_000  # one run's window (2.45 ms), not the span of two clocks

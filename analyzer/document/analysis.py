@@ -1,4 +1,4 @@
-"""The JSON output contract (DESIGN.md §5, ``stallscope.analysis/2``). Every top-level key is always present."""
+"""The JSON output contract (DESIGN.md §5, ``stallscope.analysis/3``). Every top-level key is always present."""
 
 from __future__ import annotations
 

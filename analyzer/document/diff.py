@@ -1,6 +1,6 @@
 """Before/after comparison of two analyses: what ``stallscope diff A B`` shows and ``check --baseline`` gates.
 
-A diff compares two analysis documents (``stallscope.analyzer.document.analysis.to_json``, schema ``stallscope.analysis/2``, or ``/1``),
+A diff compares two analysis documents (``stallscope.analyzer.document.analysis.to_json``, schema ``stallscope.analysis/3``, or ``/2``, ``/1``),
 never the traces: a trace analysed now and an ``analyze --json`` file saved last week compare the same
 way, and every figure is one the analysis itself published. ``side_of`` reads (and checks) a document;
 ``compare`` pairs two sides into a ``Diff``; ``gate`` judges a regression for CI; ``diff_json`` is the
@@ -37,9 +37,9 @@ from typing import Any
 from stallscope.analyzer.core.errors import TraceError
 
 SCHEMA = "stallscope.diff/1"
-ANALYSIS_SCHEMA = "stallscope.analysis/2"
+ANALYSIS_SCHEMA = "stallscope.analysis/3"
 #: schemas a diff reads: /1 differs from /2 only in the critical path's segments, which a diff does not read
-ANALYSIS_SCHEMAS = ("stallscope.analysis/1", ANALYSIS_SCHEMA)
+ANALYSIS_SCHEMAS = ("stallscope.analysis/1", "stallscope.analysis/2", ANALYSIS_SCHEMA)
 ROWS = 10  # changed ops, kernels, syncs and findings kept per table (most changed first)
 MAX_PAIRS = 500  # step pairs kept in the document
 
@@ -193,13 +193,13 @@ def site_text(site: object) -> str:
 def side_of(doc: object, label: str, *, tops_cut: bool = True) -> Side:
     """The figures a diff reads from an analysis document ``doc``; ``label`` names it in messages.
     ``tops_cut``: the document's top tables hold only their top rows (as ``analyze --json`` writes them).
-    A document that is not a complete ``stallscope.analysis/2`` (or ``/1``) is a ``TraceError`` naming ``label``."""
+    A document that is not a complete ``stallscope.analysis/3`` (or ``/2``, ``/1``) is a ``TraceError`` naming ``label``."""
     if not isinstance(doc, dict):
         raise TraceError(label, "not a stallscope analysis (a JSON object with a 'schema' key)")
     schema = doc.get("schema")
     if schema not in ANALYSIS_SCHEMAS:
         raise TraceError(
-            label, f"schema {str(schema)[:60]!r}: only {' and '.join(ANALYSIS_SCHEMAS)} can be compared"
+            label, f"schema {str(schema)[:60]!r}: only {', '.join(ANALYSIS_SCHEMAS)} can be compared"
         )
     try:
         return _side(doc, label, tops_cut)

@@ -1,4 +1,4 @@
-"""The ``job`` key of the analysis JSON (additive to ``stallscope.analysis/2``; see docs/output.md)."""
+"""The ``job`` key of the analysis JSON (additive to ``stallscope.analysis/3``; see docs/output.md)."""
 
 from __future__ import annotations
 

@@ -106,6 +106,7 @@ _GAP_KIND = {
     Cause.SYNC: Kind.SYNC,
     Cause.INPUT: Kind.INPUT,
     Cause.HOST: Kind.HOST,
+    Cause.UNTRACED: Kind.UNTRACED,
     Cause.LAUNCH: Kind.LAUNCH,
     Cause.DEPENDENCY: Kind.IDLE,
     Cause.UNKNOWN: Kind.IDLE,

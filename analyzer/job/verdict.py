@@ -70,8 +70,10 @@ def analyze_job(
 
 
 def dedupe(tables: list[RankTable]) -> tuple[list[RankTable], list[str]]:
-    """One table per rank: when two files claim a rank, the newest by name wins (as the loader does);
-    files without ``distributedInfo`` are numbered after the known ranks."""
+    """One table per rank: when two files claim a rank, the newest by name wins (as the loader does).
+    Ranks come only from ``distributedInfo``: files without it are separate runs, not ranks (as the
+    loader rules): with ranked files they are left out, without any only the first is kept; a note names
+    those left out."""
     by_rank: dict[int, RankTable] = {}
     notes: list[str] = []
     for t in sorted((t for t in tables if t.rank >= 0), key=lambda t: _file_order(t.path)):
@@ -79,10 +81,21 @@ def dedupe(tables: list[RankTable]) -> tuple[list[RankTable], list[str]]:
             old = Path(by_rank[t.rank].path).name
             notes.append(f"rank {t.rank}: using {Path(t.path).name}, ignoring {old}")
         by_rank[t.rank] = t
-    nxt = max(by_rank, default=-1) + 1
-    for t in sorted((t for t in tables if t.rank < 0), key=lambda t: t.path):
-        by_rank[nxt] = replace(t, rank=nxt)
-        nxt += 1
+    unranked = sorted((t for t in tables if t.rank < 0), key=lambda t: t.path)
+    if not by_rank and unranked:
+        first, *unranked = unranked
+        by_rank[0] = replace(first, rank=0)
+        used = f"analysed {Path(first.path).name}"
+    else:
+        used = f"analysed the {len(by_rank)} ranked file{'s' if len(by_rank) > 1 else ''}"
+    if unranked:
+        names = ", ".join(Path(t.path).name for t in unranked[:5]) + (", ..." if len(unranked) > 5 else "")
+        many = len(unranked) > 1
+        notes.append(
+            f"{len(unranked)} more trace file{'s' if many else ''} without distributedInfo "
+            f"{'are separate runs' if many else 'is a separate run'}, not ranks, and "
+            f"{'were' if many else 'was'} not analysed ({used}): {names}"
+        )
     return [by_rank[r] for r in sorted(by_rank)], notes
 
 

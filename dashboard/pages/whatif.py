@@ -9,19 +9,14 @@ from typing import Any
 from dash import Dash, Input, Output, State, dcc, html
 
 from stallscope.analyzer.passes.replay import Scenario
+from stallscope.dashboard.headline import SCENARIO_LABELS
 from stallscope.dashboard.live import retimed
 from stallscope.dashboard.pages import figures
 from stallscope.dashboard.pages.common import Doc, data_table, message, ms, trace_nav
 from stallscope.dashboard.services import Services
 from stallscope.dashboard.store import Entry, StoreError
 
-LABELS = {
-    "no_avoidable_syncs": "remove the avoidable syncs",
-    "no_syncs": "remove every sync (the work stays)",
-    "device_2x": "device twice as fast",
-    "host_2x": "host twice as fast",
-    "input_overlapped": "overlap data loading with compute",
-}
+LABELS = SCENARIO_LABELS
 
 
 class Ids(str, Enum):

@@ -36,7 +36,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--json",
         metavar="OUT",
-        help="write the analysis (schema stallscope.analysis/2) to OUT ('-' for stdout)",
+        help="write the analysis (schema stallscope.analysis/3) to OUT ('-' for stdout)",
     )
     p.add_argument(
         "--rank", type=int, default=None, help="rank to analyse in a multi-rank folder (default: lowest)"
