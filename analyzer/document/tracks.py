@@ -1,0 +1,296 @@
+"""The analysis as Chrome-JSON trace events: extra tracks that Perfetto UI and chrome://tracing draw beside
+a trace's own events (``stallscope annotate``, the dashboard's annotated download).
+
+Everything comes from the analysis document (``stallscope.analysis/2``) and the trace's lanes: a view of
+the document, never a new analysis. The events go in one synthetic process (``ANALYSIS_PROCESS``) whose
+threads are the tracks: the findings (instant markers), the critical path (a slice per segment, named by
+its kind), each device's idle gaps (named by cause) and each host thread's syncs (named by kind). "Waited
+for" arrows are flow events (``ph`` ``s``/``f``) between the trace's own tracks: from the work a waiter
+waited for to the waiting call, wherever consecutive critical-path segments change lanes.
+
+Times are the document's, which are the trace's own ``ts`` values (µs on the trace's clock, as the loader
+reads them: no unit change, no offset), so the added events line up with the original ones whatever unit
+a viewer takes the file's ``ts`` to be in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from stallscope.analyzer.core.model import Lane
+from stallscope.analyzer.document.diff import site_text
+
+CATEGORY = "stallscope"  # the ``cat`` of every added event: its flows never pair with the trace's own
+ANALYSIS_PROCESS = "stallscope analysis"
+FLOW_NAME = "waited for"
+PID_BASE = 999_000_001  # the first synthetic pid tried: far above real pids and Perfetto's interned ids
+
+Event = dict[str, Any]
+#: a thread of the trace as the lanes name it (pid, tid as text) -> its pid and tid as the file writes them
+Threads = Mapping[tuple[str, str], tuple[Any, Any]]
+
+
+@dataclass
+class Added:
+    """What ``analysis_events`` added, for the caller's message and for tests."""
+
+    pid: int
+    slices: dict[str, int] = field(default_factory=dict)  # track kind -> slices written
+    instants: int = 0
+    flows: int = 0  # matched s/f pairs
+    flows_unplaced: int = 0  # cross-lane steps whose lanes have no thread in the trace's events
+
+
+def free_pid(pids: set[str]) -> int:
+    """A pid no event of the trace uses (``pids``: every ``pid`` of the trace, as text)."""
+    pid = PID_BASE
+    while str(pid) in pids:
+        pid += 1
+    return pid
+
+
+def analysis_events(
+    doc: Mapping[str, Any], lanes: Sequence[Lane], threads: Threads, pid: int, first_flow_id: int
+) -> tuple[Iterator[Event], Added]:
+    """The added events, in file order (metadata first), made lazily: a large trace's critical path has
+    hundreds of thousands of segments. ``Added`` is complete once the iterator is exhausted."""
+    added = Added(pid)
+    return _events(doc, lanes, threads, added, first_flow_id), added
+
+
+def _events(
+    doc: Mapping[str, Any], lanes: Sequence[Lane], threads: Threads, added: Added, first_flow_id: int
+) -> Iterator[Event]:
+    pid = added.pid
+    labels = [str(lane.get("label", "")) for lane in doc.get("source", {}).get("lanes", [])]
+    gaps = list(doc.get("gaps") or [])
+    syncs = list(doc.get("syncs") or [])
+    device_names = {d.get("id"): d.get("name") for d in doc.get("source", {}).get("devices", [])}
+    tracks: list[str] = ["findings", "critical path"]
+    gap_track = {
+        dev: _track(
+            tracks, f"idle gaps: GPU {dev}" + (f" ({device_names[dev]})" if device_names.get(dev) else "")
+        )
+        for dev in sorted({int(g["device"]) for g in gaps})
+    }
+    sync_track = {t: _track(tracks, f"syncs: {t}") for t in sorted({str(s["thread"]) for s in syncs})}
+    yield from _metadata(pid, tracks)
+    yield from _findings(doc, pid, 1, added)
+    yield from _critical(doc, labels, pid, 2, added)
+    yield from _gaps(gaps, pid, gap_track, added)
+    yield from _syncs(syncs, pid, sync_track, added)
+    yield from _flows(doc, lanes, labels, threads, first_flow_id, added)
+
+
+def _track(tracks: list[str], name: str) -> int:
+    tracks.append(name)
+    return len(tracks)  # tids from 1, in the order the tracks are listed
+
+
+def _metadata(pid: int, tracks: list[str]) -> Iterator[Event]:
+    meta = {"ph": "M", "pid": pid}
+    yield meta | {"name": "process_name", "args": {"name": ANALYSIS_PROCESS}}
+    yield meta | {"name": "process_sort_index", "args": {"sort_index": -1}}  # above the trace's processes
+    for tid, name in enumerate(tracks, 1):
+        yield meta | {"tid": tid, "name": "thread_name", "args": {"name": name}}
+        yield meta | {"tid": tid, "name": "thread_sort_index", "args": {"sort_index": tid}}
+
+
+def _slice(pid: int, tid: int, name: str, start: float, end: float, args: Event) -> Event:
+    return {
+        "ph": "X",
+        "cat": CATEGORY,
+        "name": name,
+        "pid": pid,
+        "tid": tid,
+        "ts": start,
+        "dur": max(end - start, 0.0),
+        "args": args,
+    }
+
+
+def _count(added: Added, track: str) -> None:
+    added.slices[track] = added.slices.get(track, 0) + 1
+
+
+def _critical(doc: Mapping[str, Any], labels: list[str], pid: int, tid: int, added: Added) -> Iterator[Event]:
+    """One slice per segment, named by its kind: the path's time per kind is the slices' total per name."""
+    seg = _segments(doc)
+    if seg is None:
+        return
+    names = seg["names"]
+    for kind, lane, name, start, end in zip(
+        seg["kind"], seg["lane"], seg["name"], seg["start_us"], seg["end_us"], strict=True
+    ):
+        args = {
+            "kind": kind,
+            "lane": _label(labels, lane),
+            "event": names[name] if 0 <= name < len(names) else "",
+            "duration_us": end - start,
+        }
+        _count(added, "critical path")
+        yield _slice(pid, tid, str(kind), start, end, args)
+
+
+def _segments(doc: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    cp = doc.get("critical_path")
+    if not isinstance(cp, Mapping) or not isinstance(cp.get("segments"), Mapping):
+        return None
+    return cp["segments"]  # type: ignore[no-any-return]
+
+
+def _label(labels: list[str], lane: int) -> str:
+    return labels[lane] if 0 <= lane < len(labels) else f"lane {lane}"
+
+
+def _gaps(gaps: list[Any], pid: int, track: dict[int, int], added: Added) -> Iterator[Event]:
+    for g in gaps:
+        args = {
+            "cause": g["cause"],
+            "detail": g.get("detail", ""),
+            "duration_us": g["end_us"] - g["start_us"],
+            "call_site": site_text(g.get("call_site")) or None,
+            "sync_id": g.get("sync_id"),
+            "charged_us": g.get("charged_us"),
+        }
+        _count(added, "gaps")
+        yield _slice(pid, track[int(g["device"])], str(g["cause"]), g["start_us"], g["end_us"], args)
+
+
+def _syncs(syncs: list[Any], pid: int, track: dict[str, int], added: Added) -> Iterator[Event]:
+    """A slice per sync over the time it blocked the host (``wait_us`` from its start)."""
+    for s in syncs:
+        args = {
+            "kind": s["kind"],
+            "wait_us": s["wait_us"],
+            "call_site": site_text(s.get("call_site")) or None,
+            "api": s.get("api"),
+            "op": s.get("op"),
+            "bubble_us": s.get("bubble_us"),
+            "avoidable": s.get("avoidable"),
+            "reason": s.get("reason"),
+            "step": s.get("step"),
+            "id": s.get("id"),
+        }
+        _count(added, "syncs")
+        start = s["start_us"]
+        yield _slice(pid, track[str(s["thread"])], str(s["kind"]), start, start + s["wait_us"], args)
+
+
+def _findings(doc: Mapping[str, Any], pid: int, tid: int, added: Added) -> Iterator[Event]:
+    """An instant per finding, at the first sync of its call site (a finding about a line of code; its
+    first gap when no sync has that site), else at the window's start (a finding about the whole run);
+    ``placed`` says which."""
+    first_at = _first_by_site(doc)
+    start = float(doc.get("window", {}).get("start_us") or 0.0)
+    for f in doc.get("findings") or []:
+        where = site_text(f.get("call_site"))
+        if where in first_at:
+            ts, what = first_at[where]
+            placed = f"at the first {what} of its call site"
+        else:
+            ts, placed = start, "at the window's start (the finding is about the whole run)"
+        args = {
+            "title": f.get("title"),
+            "advice": f.get("advice"),
+            "rule": f.get("rule"),
+            "severity": f.get("severity"),
+            "call_site": where or None,
+            "count": f.get("count"),
+            "time_us": f.get("time_us"),
+            "est_saving_us": f.get("est_saving_us"),
+            "placed": placed,
+        }
+        added.instants += 1
+        yield {
+            "ph": "i",
+            "s": "t",
+            "cat": CATEGORY,
+            "name": str(f.get("title") or f.get("rule") or "finding"),
+            "pid": pid,
+            "tid": tid,
+            "ts": ts,
+            "args": args,
+        }
+
+
+def _first_by_site(doc: Mapping[str, Any]) -> dict[str, tuple[float, str]]:
+    """Per call site (as ``site_text`` writes it): the earliest start of its syncs, else of its gaps, and
+    which it was."""
+    first: dict[str, tuple[float, str]] = {}
+    for items, what in ((doc.get("gaps") or [], "gap"), (doc.get("syncs") or [], "sync")):
+        seen: dict[str, float] = {}
+        for item in items:
+            key = site_text(item.get("call_site"))
+            if key and (key not in seen or item["start_us"] < seen[key]):
+                seen[key] = item["start_us"]
+        first |= {k: (ts, what) for k, ts in seen.items()}  # a site's syncs win over its gaps
+    return first
+
+
+def _flows(
+    doc: Mapping[str, Any],
+    lanes: Sequence[Lane],
+    labels: list[str],
+    threads: Threads,
+    first_id: int,
+    added: Added,
+) -> Iterator[Event]:
+    """A "waited for" arrow wherever the critical path steps from one lane to another: from inside the
+    segment that was waited for (the flow binds to the slice open there on that thread: the kernel, the
+    other thread's op) to inside the waiting one (``bp: "e"``: bound to the call enclosing it)."""
+    seg = _segments(doc)
+    if seg is None:
+        return
+    where = _thread_of(lanes, threads)
+    kinds, lane_ids, starts, ends = seg["kind"], seg["lane"], seg["start_us"], seg["end_us"]
+    flow_id = first_id
+    for i in range(len(lane_ids) - 1):
+        a, b = lane_ids[i], lane_ids[i + 1]
+        if a == b:
+            continue
+        src, dst = where(a), where(b)
+        if src is None or dst is None:
+            added.flows_unplaced += 1
+            continue
+        args = {
+            "waiter": _label(labels, b),
+            "waited_for": _label(labels, a),
+            "from_kind": kinds[i],
+            "to_kind": kinds[i + 1],
+        }
+        common = {"cat": CATEGORY, "name": FLOW_NAME, "id": flow_id}
+        yield common | {
+            "ph": "s",
+            "pid": src[0],
+            "tid": src[1],
+            "ts": _middle(starts[i], ends[i]),
+            "args": args,
+        }
+        yield common | {
+            "ph": "f",
+            "bp": "e",
+            "pid": dst[0],
+            "tid": dst[1],
+            "ts": _middle(starts[i + 1], ends[i + 1]),
+        }
+        added.flows += 1
+        flow_id += 1
+
+
+def _thread_of(lanes: Sequence[Lane], threads: Threads) -> Callable[[int], tuple[Any, Any] | None]:
+    def find(lane: int) -> tuple[Any, Any] | None:
+        if not 0 <= lane < len(lanes):
+            return None
+        return threads.get((lanes[lane].pid, lanes[lane].tid))
+
+    return find
+
+
+def _middle(start: float, end: float) -> float:
+    """A time inside ``[start, end)`` where a flow binds to the slice open there (the midpoint; the start
+    of a segment too short to have one)."""
+    mid = start + (end - start) / 2
+    return mid if start <= mid < end else start

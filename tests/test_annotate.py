@@ -1,0 +1,356 @@
+"""``stallscope annotate``: the original trace kept event for event, the analysis added as tracks that
+match the analysis' own numbers, flows in matched pairs, hostile text kept as text, one-line errors."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _kineto import SAMPLES
+from synth.trace import SynthTrace
+
+from stallscope.analyzer.analysis import Analysis, analyze
+from stallscope.analyzer.document import annotate as annotate_module
+from stallscope.analyzer.document.analysis import to_json
+from stallscope.analyzer.document.annotate import Annotated, annotated_name, write_annotated
+from stallscope.analyzer.document.tracks import ANALYSIS_PROCESS, CATEGORY, FLOW_NAME
+from stallscope.analyzer.load.loader import load
+from stallscope.commands import main
+
+ITEM = SAMPLES / "item_in_loop.pt.trace.json.gz"
+HOSTILE = '<script>alert("x")</script> \'q\' "dq" \\ ünïcødé ⚡ },{ '
+
+
+def read_json(path: Path) -> Any:
+    data = path.read_bytes()
+    return json.loads(gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data)
+
+
+def annotated(trace: Path, out: Path) -> tuple[Analysis, dict[str, Any], Annotated]:
+    a = analyze(load(trace, use_cache=False))
+    doc = to_json(a)
+    return a, doc, write_annotated(trace, doc, a.model.lanes, out)
+
+
+def split(trace: Path, out: Path) -> tuple[list[Any], list[Any], int]:
+    """(original events, added events, the analysis pid) of an annotated file."""
+    events = read_json(out)["traceEvents"] if isinstance(read_json(out), dict) else read_json(out)
+    n = len(read_json(trace)["traceEvents"])
+    added = events[n:]
+    pid = next(e["pid"] for e in added if e.get("name") == "process_name")
+    return events[:n], added, pid
+
+
+def thread_names(added: list[Any]) -> dict[int, str]:
+    return {e["tid"]: e["args"]["name"] for e in added if e["ph"] == "M" and e["name"] == "thread_name"}
+
+
+def on_track(added: list[Any], prefix: str) -> list[Any]:
+    names = thread_names(added)
+    return [e for e in added if e["ph"] == "X" and names.get(e["tid"], "").startswith(prefix)]
+
+
+# ----- the original is kept ---------------------------------------------------------------------------
+
+
+def test_every_original_event_and_top_level_key_is_kept_exactly(tmp_path: Path) -> None:
+    # GIVEN the item-in-loop sample, WHEN annotated to .json.gz
+    out = tmp_path / "a.json.gz"
+    _, _, written = annotated(ITEM, out)
+    # THEN it is gzip, and the original document's events come first, unchanged and in order
+    assert out.read_bytes()[:2] == b"\x1f\x8b"
+    original, result = read_json(ITEM), read_json(out)
+    n = len(original["traceEvents"])
+    assert written.original_events == n and written.streamed
+    assert result["traceEvents"][:n] == original["traceEvents"]
+    # AND every top-level key is there, in order, with its value
+    assert list(result) == list(original)
+    assert {k: v for k, v in result.items() if k != "traceEvents"} == {
+        k: v for k, v in original.items() if k != "traceEvents"
+    }
+    # AND every added event is in the analysis' own process, whose pid no original event uses
+    added = result["traceEvents"][n:]
+    pid = next(e["pid"] for e in added if e.get("name") == "process_name")
+    assert {e["pid"] for e in added if e["ph"] in "MXi"} == {pid}
+    assert str(pid) not in {str(e.get("pid")) for e in original["traceEvents"]}
+    assert any(e["ph"] == "M" and e.get("args", {}).get("name") == ANALYSIS_PROCESS for e in added)
+
+
+def test_the_copy_is_byte_for_byte_in_pieces_and_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a trace cut into many small pieces (the streaming copy), and the same rewritten whole
+    monkeypatch.setattr(annotate_module, "PIECE_BYTES", 4096)
+    a = analyze(load(ITEM, use_cache=False))
+    doc = to_json(a)
+    streamed = write_annotated(ITEM, doc, a.model.lanes, tmp_path / "s.json")
+    original = gzip.decompress(ITEM.read_bytes())
+    text = (tmp_path / "s.json").read_bytes()
+    # THEN the streamed copy holds the original's text up to its last event verbatim (bar the spaces
+    # before a separating comma), and both copies decode to the same document
+    assert streamed.streamed
+    last = original.rindex(b"}", 0, original.rindex(b"]"))
+    body = original[: last + 1]
+    assert text.replace(b",\n", b",").startswith(body.replace(b",\n", b",").replace(b" ,", b","))
+    monkeypatch.setattr(annotate_module, "_copy_streamed", annotate_module._copy_whole)
+    whole = write_annotated(ITEM, doc, a.model.lanes, tmp_path / "w.json")
+    assert read_json(tmp_path / "w.json") == read_json(tmp_path / "s.json")
+    assert whole.original_events == streamed.original_events
+
+
+def test_the_output_loads_with_stallscopes_own_loader(tmp_path: Path) -> None:
+    out = tmp_path / "a.json.gz"
+    a, _, written = annotated(ITEM, out)
+    again = load(out, use_cache=False).models[0]
+    # the original events are all there; the added slices and instants are of a category it keeps apart
+    assert again.event_count >= a.model.event_count
+    added = sum(written.added.slices.values()) + written.added.instants
+    assert again.report.unknown_categories.get(CATEGORY, 0) <= added
+
+
+# ----- the added tracks are the analysis' numbers ------------------------------------------------------
+
+
+def test_critical_path_slices_add_up_to_the_breakdown(tmp_path: Path) -> None:
+    out = tmp_path / "a.json"
+    _, doc, _ = annotated(ITEM, out)
+    _, added, _ = split(ITEM, out)
+    slices = on_track(added, "critical path")
+    assert len(slices) == doc["critical_path"]["segments"]["count"] > 0
+    per_kind: dict[str, float] = defaultdict(float)
+    for s in slices:
+        assert s["name"] == s["args"]["kind"]
+        per_kind[s["name"]] += s["dur"]
+    for kind, us in doc["critical_path"]["breakdown_us"].items():
+        assert math.isclose(per_kind.get(kind, 0.0), us, rel_tol=1e-9, abs_tol=1e-6), kind
+    # and a device segment names its kernel and lane
+    device = [s for s in slices if s["name"] == "device"]
+    assert device and all(s["args"]["event"] and "stream" in s["args"]["lane"] for s in device)
+
+
+def test_gap_and_sync_tracks_match_the_analysis(tmp_path: Path) -> None:
+    out = tmp_path / "a.json"
+    _, doc, written = annotated(ITEM, out)
+    _, added, _ = split(ITEM, out)
+    gaps, syncs = on_track(added, "idle gaps"), on_track(added, "syncs")
+    assert len(gaps) == len(doc["gaps"]) > 0 and len(syncs) == len(doc["syncs"]) > 0
+    assert written.added.slices["gaps"] == len(gaps) and written.added.slices["syncs"] == len(syncs)
+    assert sorted((g["ts"], g["dur"], g["name"]) for g in gaps) == sorted(
+        (g["start_us"], g["dur_us"], g["cause"]) for g in doc["gaps"]
+    )
+    assert Counter(g["args"]["cause"] for g in gaps) == Counter(g["cause"] for g in doc["gaps"])
+    assert sorted((s["ts"], s["dur"], s["name"]) for s in syncs) == sorted(
+        (s["start_us"], s["wait_us"], s["kind"]) for s in doc["syncs"]
+    )
+    # the item() syncs carry their call site
+    assert {s["args"]["call_site"] for s in syncs if s["name"] == "scalar_read"} == {
+        "train.py:42 in train_step"
+    }
+
+
+def test_findings_are_instants_with_title_and_advice_at_their_call_site(tmp_path: Path) -> None:
+    out = tmp_path / "a.json"
+    _, doc, _ = annotated(ITEM, out)
+    _, added, _ = split(ITEM, out)
+    instants = [e for e in added if e["ph"] == "i"]
+    assert len(instants) == len(doc["findings"]) > 0
+    assert [(e["args"]["title"], e["args"]["advice"]) for e in instants] == [
+        (f["title"], f["advice"]) for f in doc["findings"]
+    ]
+    first_item = min(s["start_us"] for s in doc["syncs"] if s["kind"] == "scalar_read")
+    at_site = [e for e in instants if e["args"]["call_site"] == "train.py:42 in train_step"]
+    assert at_site and all(e["ts"] == first_item for e in at_site)
+    assert all(e["s"] in ("t", "p", "g") and e["cat"] == CATEGORY for e in instants)
+
+
+def test_flows_are_matched_pairs_between_the_traces_own_threads(tmp_path: Path) -> None:
+    out = tmp_path / "a.json"
+    _, doc, written = annotated(ITEM, out)
+    original, added, _ = split(ITEM, out)
+    flows = [e for e in added if e["ph"] in ("s", "f")]
+    pairs: dict[Any, list[Any]] = defaultdict(list)
+    for e in flows:
+        assert (e["cat"], e["name"]) == (CATEGORY, FLOW_NAME)
+        pairs[e["id"]].append(e)
+    assert all(sorted(x["ph"] for x in p) == ["f", "s"] for p in pairs.values())
+    seg = doc["critical_path"]["segments"]
+    crossings = sum(1 for x, y in zip(seg["lane"], seg["lane"][1:], strict=False) if x != y)
+    assert len(pairs) == written.added.flows == crossings > 0
+    # their ids are not the trace's own flow ids, and both ends sit on threads of the trace's events
+    assert not set(pairs) & {e.get("id") for e in original if e.get("ph") in ("s", "f")}
+    threads = {(e.get("pid"), e.get("tid")) for e in original}
+    assert all((e["pid"], e["tid"]) in threads for e in flows)
+    # each starts inside the segment waited for and ends inside the waiting one, in time order
+    for p in pairs.values():
+        s, f = sorted(p, key=lambda x: x["ph"] != "s")
+        assert s["ts"] <= f["ts"] and f["bp"] == "e"
+
+
+# ----- real traces -------------------------------------------------------------------------------------
+
+
+@pytest.mark.shared
+def test_an_ns_unit_trace_lines_up_with_its_own_kernels(shared_traces: Path, tmp_path: Path) -> None:
+    # GIVEN a trace that says displayTimeUnit "ns" (its ts are µs with fractions, as Kineto writes them)
+    trace = shared_traces / "hta_v100_ns_resolution_rank0.pt.trace.json.gz"
+    out = tmp_path / "ns.json.gz"
+    _, doc, _ = annotated(trace, out)
+    original, added, _ = split(trace, out)
+    assert read_json(out)["displayTimeUnit"] == read_json(trace)["displayTimeUnit"] == "ns"
+    # THEN every device segment of the critical path lies inside an activity of that name, at its times
+    spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for e in original:
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
+            spans[e["name"]].append((e["ts"], e["ts"] + e["dur"]))
+    device = [s for s in on_track(added, "critical path") if s["name"] == "device"]
+    assert len(device) > 100
+    for s in device:
+        inside = [b <= s["ts"] and s["ts"] + s["dur"] <= e + 1e-3 for b, e in spans[s["args"]["event"]]]
+        assert any(inside), s
+    # AND the gaps lie between kernels, inside the window
+    w = doc["window"]
+    assert all(
+        w["start_us"] <= g["ts"] and g["ts"] + g["dur"] <= w["end_us"] for g in on_track(added, "idle gaps")
+    )
+
+
+@pytest.mark.shared
+@pytest.mark.parametrize(
+    "name", ["hta_a100_item_event_sync.pt.trace.json.gz", "hta_a100_multistream_event_sync.pt.trace.json.gz"]
+)
+def test_real_traces_keep_every_event(shared_traces: Path, tmp_path: Path, name: str) -> None:
+    trace = shared_traces / name
+    out = tmp_path / "r.json.gz"
+    _, doc, written = annotated(trace, out)
+    original, added, _ = split(trace, out)
+    assert original == read_json(trace)["traceEvents"] and written.original_events == len(original)
+    assert len(on_track(added, "syncs")) == len(doc["syncs"])
+    assert written.added.flows > 0 and written.added.flows_unplaced == 0
+
+
+# ----- hostile text --------------------------------------------------------------------------------------
+
+
+def hostile_trace(path: Path) -> Path:
+    sc = SynthTrace("hostile", pid=77, tid=77)
+    with sc.py_frame("train.py", 10, "main"):
+        for _ in range(2):
+            with sc.step(), sc.py_frame('tr"ain<b>.py', 42, HOSTILE):
+                with sc.op("aten::linear"):
+                    sc.launch(HOSTILE, 300.0)
+                sc.item(avoidable=True, reasons=("repeated",))
+                sc.host("log", 100.0, cat="user_annotation")
+        sc.synchronize()
+    doc = sc.to_document()
+    # the last event's name holds "},{": the last place the copy would cut is inside a string
+    last = doc["traceEvents"][-1]
+    doc["traceEvents"].append(
+        {"ph": "i", "s": "t", "name": HOSTILE, "pid": 77, "tid": 77, "ts": last.get("ts", 0)}
+    )
+    path.write_text(json.dumps(doc, ensure_ascii=False, indent=1), encoding="utf-8")
+    return path
+
+
+def test_hostile_names_stay_json_strings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a kernel and a python frame whose names hold markup, quotes, backslashes, unicode and '},{'
+    trace = hostile_trace(tmp_path / "hostile.json")
+    monkeypatch.setattr(annotate_module, "PIECE_BYTES", 64)  # cut wherever it can
+    out = tmp_path / "h.json"
+    _, _, written = annotated(trace, out)
+    # THEN the copy, whose cut fell inside a name, was rewritten whole instead, still exact
+    assert not written.streamed
+    original, added, _ = split(trace, out)
+    assert original == read_json(trace)["traceEvents"]
+    # AND the names come back as the same strings (JSON-escaped in the file, never bare markup quotes)
+    assert HOSTILE in {s["args"]["event"] for s in on_track(added, "critical path")}
+    assert any(HOSTILE in (f["args"]["call_site"] or "") for f in on_track(added, "syncs"))
+    raw = out.read_bytes().decode()
+    assert 'alert(\\"x\\")' in raw and "ünïcødé ⚡" in raw
+
+
+# ----- the command --------------------------------------------------------------------------------------
+
+
+def test_default_output_name_and_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["annotate", "-q", str(ITEM)]) == 0
+    out = tmp_path / "item_in_loop.pt.trace.annotated.json.gz"
+    assert out.is_file() and read_json(out)["traceEvents"]
+    said = capsys.readouterr().out.splitlines()
+    assert said[0].startswith(f"stallscope: annotated trace written to {out.name}")
+    assert "ui.perfetto.dev" in said[1] and "chrome://tracing" in said[1]
+    assert annotated_name("runs/bundle/") == "bundle.annotated.json.gz"
+
+
+def test_plain_json_output_by_suffix(tmp_path: Path) -> None:
+    out = tmp_path / "a.json"
+    assert main(["annotate", "-q", "-o", str(out), str(ITEM)]) == 0
+    assert out.read_bytes().lstrip()[:1] == b"{"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["missing.json"], "missing.json: no such file or directory"),
+        (["-o", "out.txt", str(ITEM)], "give a .json or .json.gz file name"),
+        (["-o", "/nonexistent-dir/a.json.gz", str(ITEM)], "folder /nonexistent-dir does not exist"),
+        (["notatrace.json"], "not a trace"),
+        (["-o", "in.json", "in.json"], "is the input trace"),
+    ],
+)
+def test_bad_input_is_a_one_line_error(
+    args: list[str],
+    message: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notatrace.json").write_text('{"hello": 1}')
+    (tmp_path / "in.json").write_bytes(gzip.decompress(ITEM.read_bytes()))
+    before = (tmp_path / "in.json").read_bytes()
+    assert main(["annotate", "-q", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
+    assert (tmp_path / "in.json").read_bytes() == before
+    assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob(".*.tmp"))
+
+
+# ----- the dashboard ---------------------------------------------------------------------------------------
+
+
+def test_dashboard_serves_the_annotated_trace(tmp_path: Path) -> None:
+    import io
+
+    from stallscope.dashboard.app import create_app
+    from stallscope.dashboard.pages import overview
+    from stallscope.dashboard.services import Services
+    from stallscope.dashboard.store import Store
+    from stallscope.dashboard.worker import analyse_entry
+
+    services = Services(Store(tmp_path / "store"), None, 64 << 20)
+    entry = services.store.add("my run.pt.trace.json.gz", io.BytesIO(ITEM.read_bytes()), 64 << 20)
+    assert analyse_entry(str(services.store.root), entry.id) == "ready"
+    client = create_app(services).server.test_client()
+    answer = client.get(f"/api/traces/{entry.id}/annotated")
+    assert answer.status_code == 200
+    assert "my run.pt.trace.annotated.json.gz" in answer.headers["Content-Disposition"]
+    doc = json.loads(gzip.decompress(answer.data))
+    n = len(read_json(ITEM)["traceEvents"])
+    assert doc["traceEvents"][:n] == read_json(ITEM)["traceEvents"]
+    stored = services.store.analysis(entry.id)
+    assert sum(1 for e in doc["traceEvents"][n:] if e["ph"] == "i") == len(stored["findings"])
+    # a second request is served from the file written by the first
+    assert client.get(f"/api/traces/{entry.id}/annotated").data == answer.data
+    assert client.get("/api/traces/" + "0" * 32 + "/annotated").status_code == 404
+    # and the overview links to it
+    panel = overview.perfetto_panel(services.store.get(entry.id))
+    link = panel.children[2].children[0]
+    assert link.href == f"/api/traces/{entry.id}/annotated" and link.download.endswith(".annotated.json.gz")
