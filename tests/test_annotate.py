@@ -191,6 +191,24 @@ def test_flows_are_matched_pairs_between_the_traces_own_threads(tmp_path: Path) 
         assert s["ts"] <= f["ts"] and f["bp"] == "e"
 
 
+def test_arrows_find_streams_written_under_another_tid(tmp_path: Path) -> None:
+    # GIVEN an older Kineto layout: device activity under "tid": "stream 7" (the loader keys it by
+    # args.stream, 7)
+    doc = read_json(ITEM)
+    for e in doc["traceEvents"]:
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
+            e["tid"] = f"stream {e['tid']}"
+    trace = tmp_path / "old.json"
+    trace.write_text(json.dumps(doc))
+    out = tmp_path / "a.json"
+    _, _, written = annotated(trace, out)
+    # THEN every arrow is placed, its device end on the thread the kernels are written under
+    _, added, _ = split(trace, out)
+    assert written.added.flows > 0 and written.added.flows_unplaced == 0
+    ends = {e["tid"] for e in added if e["ph"] in "sf" and e["pid"] == 0}
+    assert ends == {"stream 7"}
+
+
 # ----- real traces -------------------------------------------------------------------------------------
 
 

@@ -47,14 +47,27 @@ _ADDED_BATCH = 4096  # added events encoded at a time
 
 
 class _Probe(msgspec.Struct, gc=False):
-    """What the copy reads of each original event (every other field is skipped, not decoded)."""
+    """What the copy reads of each original event (every other field is skipped, not decoded; ``args``
+    only for device activity)."""
 
     pid: Any = None
     tid: Any = None
     id: Any = None
+    cat: Any = None
+    args: msgspec.Raw = msgspec.Raw(b"null")
+
+
+class _StreamArgs(msgspec.Struct, gc=False):
+    device: Any = None
+    stream: Any = None
+    stream_id: Any = None
 
 
 _PROBES = msgspec.json.Decoder(list[_Probe])
+_STREAM_ARGS = msgspec.json.Decoder(_StreamArgs)
+#: device activity's categories (old and new spellings; other accelerators' ``*_ccp_events`` too): the
+#: events a device lane's arrows bind to
+_ACTIVITY = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"})
 _ENCODER = msgspec.json.Encoder()
 
 
@@ -75,6 +88,9 @@ class _Seen:
     events: int = 0
     pids: set[str] = field(default_factory=set)
     threads: dict[tuple[str, str], tuple[Any, Any]] = field(default_factory=dict)
+    #: a device stream as the loader keys it (device, stream as text) -> the pid and tid its activity is
+    #: written under (old traces write ``"tid": "stream 7"``)
+    streams: dict[tuple[str, str], tuple[Any, Any]] = field(default_factory=dict)
     max_id: int = 0
 
     def note(self, probes: list[_Probe]) -> None:
@@ -87,6 +103,28 @@ class _Seen:
                 self.pids.add(key[0])
             if type(p.id) is int and p.id > self.max_id:
                 self.max_id = p.id
+            if isinstance(p.cat, str) and (p.cat.lower() in _ACTIVITY or p.cat.endswith("_ccp_events")):
+                self._stream(p)
+
+    def _stream(self, p: _Probe) -> None:
+        """The loader's key of a device activity's lane: (``args.device`` or pid, ``args.stream`` or
+        ``args.stream_id`` or tid)."""
+        try:
+            a = _STREAM_ARGS.decode(p.args)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return
+        device = a.device if a.device is not None else p.pid
+        stream = next((x for x in (a.stream, a.stream_id) if x is not None), p.tid)
+        self.streams.setdefault((_text(device), _text(stream)), (p.pid, p.tid))
+
+    def endpoints(self, lanes: Sequence[Lane]) -> list[tuple[Any, Any] | None]:
+        """Each lane's thread as the trace's events write it (None: no event of the trace is on it)."""
+        out: list[tuple[Any, Any] | None] = []
+        for lane in lanes:
+            key = (lane.pid, lane.tid)
+            found = self.streams.get(key) if lane.on_device else None
+            out.append(found or self.threads.get(key))
+        return out
 
 
 def _text(value: Any) -> str:
@@ -183,7 +221,7 @@ def _added(
     doc: Mapping[str, Any], lanes: Sequence[Lane], seen: _Seen
 ) -> tuple[Iterator[dict[str, Any]], Added]:
     """The analysis' events, once every original event has been seen (its pid and flow ids are free)."""
-    return analysis_events(doc, lanes, seen.threads, free_pid(seen.pids), seen.max_id + 1)
+    return analysis_events(doc, seen.endpoints(lanes), free_pid(seen.pids), seen.max_id + 1)
 
 
 def _write_added(out: IO[bytes], make: _Added, first: bool) -> Added:
@@ -351,4 +389,6 @@ def _probe_one(raw: msgspec.Raw) -> _Probe:
         return _Probe()
     if not isinstance(value, dict):
         return _Probe()
-    return _Probe(value.get("pid"), value.get("tid"), value.get("id"))
+    args = value.get("args")
+    raw = msgspec.Raw(msgspec.json.encode(args if isinstance(args, dict) else None))
+    return _Probe(value.get("pid"), value.get("tid"), value.get("id"), value.get("cat"), raw)

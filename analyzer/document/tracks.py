@@ -15,11 +15,10 @@ a viewer takes the file's ``ts`` to be in.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from stallscope.analyzer.core.model import Lane
 from stallscope.analyzer.document.diff import site_text
 
 CATEGORY = "stallscope"  # the ``cat`` of every added event: its flows never pair with the trace's own
@@ -28,8 +27,8 @@ FLOW_NAME = "waited for"
 PID_BASE = 999_000_001  # the first synthetic pid tried: far above real pids and Perfetto's interned ids
 
 Event = dict[str, Any]
-#: a thread of the trace as the lanes name it (pid, tid as text) -> its pid and tid as the file writes them
-Threads = Mapping[tuple[str, str], tuple[Any, Any]]
+#: per lane (by id): its thread as the trace's events write it (pid, tid), or None
+Endpoints = Sequence[tuple[Any, Any] | None]
 
 
 @dataclass
@@ -52,16 +51,18 @@ def free_pid(pids: set[str]) -> int:
 
 
 def analysis_events(
-    doc: Mapping[str, Any], lanes: Sequence[Lane], threads: Threads, pid: int, first_flow_id: int
+    doc: Mapping[str, Any], endpoints: Endpoints, pid: int, first_flow_id: int
 ) -> tuple[Iterator[Event], Added]:
     """The added events, in file order (metadata first), made lazily: a large trace's critical path has
-    hundreds of thousands of segments. ``Added`` is complete once the iterator is exhausted."""
+    hundreds of thousands of segments. ``endpoints``: where each lane's events are in the file (the
+    arrows bind to them); ``pid`` the analysis' process, ``first_flow_id`` the first free flow id.
+    ``Added`` is complete once the iterator is exhausted."""
     added = Added(pid)
-    return _events(doc, lanes, threads, added, first_flow_id), added
+    return _events(doc, endpoints, added, first_flow_id), added
 
 
 def _events(
-    doc: Mapping[str, Any], lanes: Sequence[Lane], threads: Threads, added: Added, first_flow_id: int
+    doc: Mapping[str, Any], endpoints: Endpoints, added: Added, first_flow_id: int
 ) -> Iterator[Event]:
     pid = added.pid
     labels = [str(lane.get("label", "")) for lane in doc.get("source", {}).get("lanes", [])]
@@ -81,7 +82,7 @@ def _events(
     yield from _critical(doc, labels, pid, 2, added)
     yield from _gaps(gaps, pid, gap_track, added)
     yield from _syncs(syncs, pid, sync_track, added)
-    yield from _flows(doc, lanes, labels, threads, first_flow_id, added)
+    yield from _flows(doc, endpoints, labels, first_flow_id, added)
 
 
 def _track(tracks: list[str], name: str) -> int:
@@ -231,12 +232,7 @@ def _first_by_site(doc: Mapping[str, Any]) -> dict[str, tuple[float, str]]:
 
 
 def _flows(
-    doc: Mapping[str, Any],
-    lanes: Sequence[Lane],
-    labels: list[str],
-    threads: Threads,
-    first_id: int,
-    added: Added,
+    doc: Mapping[str, Any], endpoints: Endpoints, labels: list[str], first_id: int, added: Added
 ) -> Iterator[Event]:
     """A "waited for" arrow wherever the critical path steps from one lane to another: from inside the
     segment that was waited for (the flow binds to the slice open there on that thread: the kernel, the
@@ -244,7 +240,10 @@ def _flows(
     seg = _segments(doc)
     if seg is None:
         return
-    where = _thread_of(lanes, threads)
+
+    def where(lane: int) -> tuple[Any, Any] | None:
+        return endpoints[lane] if 0 <= lane < len(endpoints) else None
+
     kinds, lane_ids, starts, ends = seg["kind"], seg["lane"], seg["start_us"], seg["end_us"]
     flow_id = first_id
     for i in range(len(lane_ids) - 1):
@@ -278,15 +277,6 @@ def _flows(
         }
         added.flows += 1
         flow_id += 1
-
-
-def _thread_of(lanes: Sequence[Lane], threads: Threads) -> Callable[[int], tuple[Any, Any] | None]:
-    def find(lane: int) -> tuple[Any, Any] | None:
-        if not 0 <= lane < len(lanes):
-            return None
-        return threads.get((lanes[lane].pid, lanes[lane].tid))
-
-    return find
 
 
 def _middle(start: float, end: float) -> float:

@@ -68,10 +68,11 @@ def run(args: argparse.Namespace) -> int:
         progress.done()
     added = written.added
     size = out.stat().st_size
+    findings = f"{added.instants} finding" + ("" if added.instants == 1 else "s")
     print(
         f"stallscope: annotated trace written to {out} ({size / 1e6:.1f} MB): {written.original_events:,}"
-        f" original events, {sum(added.slices.values()):,} analysis slices, {added.instants} findings,"
-        f" {added.flows:,} waited-for arrows"
+        f" original events; added {sum(added.slices.values()):,} slices (critical path, idle gaps, syncs),"
+        f" {findings}, {added.flows:,} waited-for arrows"
     )
     print(f"  {HINT}")
     sys.stdout.flush()
