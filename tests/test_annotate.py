@@ -305,6 +305,8 @@ def test_default_output_name_and_message(
     assert said[0].startswith(f"stallscope: annotated trace written to {out.name}")
     assert "ui.perfetto.dev" in said[1] and "chrome://tracing" in said[1]
     assert annotated_name("runs/bundle/") == "bundle.annotated.json.gz"
+    # written as any file of the user's (the umask's permissions), not as a private temporary file
+    assert out.stat().st_mode & 0o644 == 0o644
 
 
 def test_plain_json_output_by_suffix(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ import itertools
 import json
 import os
 import re
-import tempfile
+import secrets
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +30,7 @@ import msgspec
 
 from stallscope.analyzer.core.errors import TraceError
 from stallscope.analyzer.core.model import Lane
+from stallscope.analyzer.document.encoding import encode_compact
 from stallscope.analyzer.document.tracks import Added, analysis_events, free_pid
 from stallscope.analyzer.load.stream import NotStreamable, TooLarge, blocks
 
@@ -68,7 +69,6 @@ _STREAM_ARGS = msgspec.json.Decoder(_StreamArgs)
 #: device activity's categories (old and new spellings; other accelerators' ``*_ccp_events`` too): the
 #: events a device lane's arrows bind to
 _ACTIVITY = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"})
-_ENCODER = msgspec.json.Encoder()
 
 
 @dataclass
@@ -156,9 +156,8 @@ def write_annotated(
     ``TraceError`` when the trace cannot be read; ``OSError`` when ``out`` cannot be written."""
     src, target = Path(trace), Path(out)
     gzipped, gz_out = _is_gzip(src), target.name.endswith(".gz")
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or ".")
-    os.close(fd)
-    tmp = Path(tmp_name)
+    tmp = target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp"
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))  # the user's umask, as any file
     try:
         try:
             result = _write(src, gzipped, doc, lanes, tmp, gz_out, limit, streamed=True)
@@ -240,7 +239,7 @@ def _write_added(out: IO[bytes], make: _Added, first: bool) -> Added:
 def _write_list_items(out: IO[bytes], batch: list[dict[str, Any]], first: bool) -> bool:
     if not batch:
         return first
-    out.write((b"\n" if first else b",\n") + _ENCODER.encode(batch)[1:-1])
+    out.write((b"\n" if first else b",\n") + encode_compact(batch)[1:-1])
     return False
 
 
@@ -358,7 +357,7 @@ def _copy_whole(source: Iterator[bytes], out: IO[bytes], seen: _Seen, make: _Add
     del data, stripped
     out.write(b"{")
     for i, (key, value) in enumerate(top.items()):
-        out.write((b"," if i else b"") + _ENCODER.encode(key) + b":")
+        out.write((b"," if i else b"") + encode_compact(key) + b":")
         if key == "traceEvents":
             out.write(b"[")
             added = _copy_events(events, out, seen, make)
