@@ -309,6 +309,20 @@ def test_default_output_name_and_message(
     assert out.stat().st_mode & 0o644 == 0o644
 
 
+def test_a_rank_of_a_folder_copies_that_ranks_own_file(tmp_path: Path) -> None:
+    from synth.job import build_job
+
+    folder = tmp_path / "job"
+    folder.mkdir()
+    build_job(folder, 3, 2)
+    out = tmp_path / "r2.json.gz"
+    assert main(["annotate", "-q", "--rank", "2", "-o", str(out), str(folder)]) == 0
+    rank2 = read_json(folder / "rank2.pt.trace.json.gz")
+    result = read_json(out)
+    assert result["distributedInfo"]["rank"] == 2
+    assert result["traceEvents"][: len(rank2["traceEvents"])] == rank2["traceEvents"]
+
+
 def test_plain_json_output_by_suffix(tmp_path: Path) -> None:
     out = tmp_path / "a.json"
     assert main(["annotate", "-q", "-o", str(out), str(ITEM)]) == 0
@@ -370,6 +384,24 @@ def test_dashboard_serves_the_annotated_trace(tmp_path: Path) -> None:
     # a second request is served from the file written by the first
     assert client.get(f"/api/traces/{entry.id}/annotated").data == answer.data
     assert client.get("/api/traces/" + "0" * 32 + "/annotated").status_code == 404
+    # an uploaded rank folder: the file of the rank its analysis is of
+    import tarfile
+
+    from synth.job import build_job
+
+    folder = tmp_path / "job"
+    folder.mkdir()
+    build_job(folder, 2, 2)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for f in sorted(folder.iterdir()):
+            tar.add(f, arcname=f"job/{f.name}")
+    job = services.store.add("job.tar.gz", io.BytesIO(buf.getvalue()), 64 << 20)
+    assert analyse_entry(str(services.store.root), job.id) == "ready"
+    rank = services.store.analysis(job.id)["source"]["rank"]
+    events = json.loads(gzip.decompress(client.get(f"/api/traces/{job.id}/annotated").data))["traceEvents"]
+    own = read_json(folder / f"rank{rank}.pt.trace.json.gz")["traceEvents"]
+    assert events[: len(own)] == own
     # and the overview links to it
     panel = overview.perfetto_panel(services.store.get(entry.id))
     link = panel.children[2].children[0]
