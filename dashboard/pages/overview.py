@@ -39,7 +39,13 @@ def perfetto_panel(entry: Entry) -> html.Div:
     from stallscope.analyzer.document.annotate import annotated_name
 
     href = f"/api/traces/{entry.id}/annotated"
-    data: dict[str, Any] = {"data-href": href, "data-title": entry.name, "data-origin": PERFETTO_UI}
+    name = annotated_name(entry.name)
+    data: dict[str, Any] = {
+        "data-href": href,
+        "data-title": entry.name,
+        "data-file": name,
+        "data-origin": PERFETTO_UI,
+    }
     return html.Div(
         [
             html.H2("Open it in Perfetto"),
@@ -54,7 +60,7 @@ def perfetto_panel(entry: Entry) -> html.Div:
                         "Download annotated trace",
                         id=Ids.ANNOTATED.value,
                         href=href,
-                        download=annotated_name(entry.name),
+                        download=name,
                         className="ss-button",
                     ),
                     html.Button(

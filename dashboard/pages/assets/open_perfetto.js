@@ -4,7 +4,7 @@
 // tab only. Without a network (or with pop-ups blocked) the status line says so; the download still works.
 (function () {
   "use strict";
-  var WAIT_MS = 20000;
+  var WAIT_MS = 20000;  // how long to wait for the tab's PONG (data-wait-ms overrides it)
 
   function say(text) {
     var box = document.getElementById("overview-perfetto-status");
@@ -15,6 +15,8 @@
     var href = button.getAttribute("data-href");
     var origin = button.getAttribute("data-origin");
     var title = button.getAttribute("data-title") || "trace";
+    var fileName = button.getAttribute("data-file") || "trace.json.gz";
+    var wait = Number(button.getAttribute("data-wait-ms")) || WAIT_MS;
     var tab = window.open(origin + "/#!/", "_blank");
     if (!tab) {
       say("The browser blocked the new tab: allow pop-ups, or download the file and open it there.");
@@ -32,12 +34,12 @@
         if (event.source !== tab || event.data !== "PONG") return;
         window.clearInterval(timer);
         window.removeEventListener("message", onMessage);
-        tab.postMessage({perfetto: {buffer: buffer, title: title, fileName: title + ".annotated.json.gz"}}, origin);
+        tab.postMessage({perfetto: {buffer: buffer, title: title, fileName: fileName}}, origin);
         say("Opened in Perfetto UI.");
       }
       window.addEventListener("message", onMessage);
       timer = window.setInterval(function () {
-        if (Date.now() - started > WAIT_MS || tab.closed) {
+        if (Date.now() - started > wait || tab.closed) {
           window.clearInterval(timer);
           window.removeEventListener("message", onMessage);
           say("Could not reach " + origin + " (offline?): download the file and open it there.");
