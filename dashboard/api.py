@@ -73,9 +73,9 @@ def _blueprint(services: Services) -> Blueprint:
 
     @api.get("/traces/<trace_id>/annotated")
     def annotated(trace_id: str) -> Response:
-        from stallscope.analyzer.document.annotate import annotated_name
+        from stallscope.analyzer.document.annotate import annotated_name, awaited_by_sync
 
-        path = store.annotated(trace_id)
+        path = store.annotated(trace_id, lambda: awaited_by_sync(services.live.get(trace_id)))
         name = annotated_name(store.get(trace_id).name)
         return send_file(path, mimetype="application/gzip", as_attachment=True, download_name=name)
 

@@ -29,7 +29,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -39,6 +39,7 @@ import pyarrow as pa
 
 from stallscope.analyzer.core.errors import StallscopeError
 from stallscope.analyzer.core.model import TraceModel
+from stallscope.analyzer.document.tracks import Awaited
 from stallscope.analyzer.load.cache import (  # the cache's own Parquet layout
     MODEL_FILES,
     read_model,
@@ -373,10 +374,11 @@ class Store:
                 self._models.popitem(last=False)
         return model
 
-    def annotated(self, trace_id: str) -> Path:
+    def annotated(self, trace_id: str, awaited: Callable[[], Mapping[int, Awaited]] | None = None) -> Path:
         """The entry's trace with its analysis as extra tracks (``stallscope annotate``), written on first
         request beside the entry's result and kept there (all or nothing: a request that finds it finds it
-        whole). The trace file is the analysed rank's."""
+        whole). The trace file is the analysed rank's. ``awaited``: what each sync waited for
+        (``awaited_by_sync`` of the typed analysis), asked for only when the file is written."""
         from stallscope.analyzer.document.annotate import write_annotated
 
         doc = self.analysis(trace_id)
@@ -385,7 +387,8 @@ class Store:
         if not target.exists():
             source = _analysed_file(self.input_path(trace_id), doc)
             try:
-                write_annotated(source, doc, self.model(trace_id).lanes, target)
+                lanes = self.model(trace_id).lanes
+                write_annotated(source, doc, lanes, target, awaited=awaited() if awaited else None)
             except StallscopeError as exc:
                 raise NotReady(f"trace {trace_id} cannot be annotated: {exc}") from None
         return target

@@ -17,7 +17,7 @@ from synth.trace import SynthTrace
 from stallscope.analyzer.analysis import Analysis, analyze
 from stallscope.analyzer.document import annotate as annotate_module
 from stallscope.analyzer.document.analysis import to_json
-from stallscope.analyzer.document.annotate import Annotated, annotated_name, write_annotated
+from stallscope.analyzer.document.annotate import Annotated, annotated_name, awaited_by_sync, write_annotated
 from stallscope.analyzer.document.tracks import ANALYSIS_PROCESS, CATEGORY, FLOW_NAME
 from stallscope.analyzer.load.loader import load
 from stallscope.commands import main
@@ -31,10 +31,12 @@ def read_json(path: Path) -> Any:
     return json.loads(gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data)
 
 
-def annotated(trace: Path, out: Path) -> tuple[Analysis, dict[str, Any], Annotated]:
+def annotated(trace: Path, out: Path, syncs: bool = False) -> tuple[Analysis, dict[str, Any], Annotated]:
+    """Analyse ``trace`` and write it annotated to ``out`` (``syncs``: with each sync's awaited activity)."""
     a = analyze(load(trace, use_cache=False))
     doc = to_json(a)
-    return a, doc, write_annotated(trace, doc, a.model.lanes, out)
+    awaited = awaited_by_sync(a) if syncs else None
+    return a, doc, write_annotated(trace, doc, a.model.lanes, out, awaited=awaited)
 
 
 def split(trace: Path, out: Path) -> tuple[list[Any], list[Any], int]:
@@ -189,6 +191,45 @@ def test_flows_are_matched_pairs_between_the_traces_own_threads(tmp_path: Path) 
     for p in pairs.values():
         s, f = sorted(p, key=lambda x: x["ph"] != "s")
         assert s["ts"] <= f["ts"] and f["bp"] == "e"
+
+
+def test_a_syncs_wait_already_on_the_critical_path_gets_no_second_arrow(tmp_path: Path) -> None:
+    # GIVEN the item-in-loop sample, whose every sync's wait is a step of the critical path
+    _, _, plain = annotated(ITEM, tmp_path / "a.json")
+    _, _, with_syncs = annotated(ITEM, tmp_path / "b.json", syncs=True)
+    # THEN the syncs' own arrows add nothing: the critical path's already join the same two slices
+    assert with_syncs.added.sync_flows == 0 and with_syncs.added.flows == plain.added.flows > 0
+
+
+@pytest.mark.shared
+def test_syncs_off_the_critical_path_get_an_arrow_from_what_they_waited_for(
+    shared_traces: Path, tmp_path: Path
+) -> None:
+    trace = shared_traces / "hta_a100_alexnet_cuda_sync.pt.trace.json.gz"
+    out = tmp_path / "a.json.gz"
+    _, doc, written = annotated(trace, out, syncs=True)
+    original, added, _ = split(trace, out)
+    seg = doc["critical_path"]["segments"]
+    crossings = sum(1 for x, y in zip(seg["lane"], seg["lane"][1:], strict=False) if x != y)
+    assert written.added.sync_flows > 0 and written.added.flows == crossings + written.added.sync_flows
+    by_id: dict[Any, list[Any]] = defaultdict(list)
+    for e in added:
+        if e["ph"] in ("s", "f"):
+            by_id[e["id"]].append(e)
+    pairs = [sorted(p, key=lambda x: x["ph"] != "s") for p in by_id.values()]  # (s, f)
+    sync_pairs = [(s, f) for s, f in pairs if "sync" in s["args"]]  # a sync's arrow names its kind
+    assert len(sync_pairs) == written.added.sync_flows
+    waits = [(s["start_us"], s["start_us"] + s["wait_us"], s["kind"]) for s in doc["syncs"]]
+    for s, f in sync_pairs:
+        # it starts inside a device activity of the trace, on that activity's stream
+        assert any(
+            e.get("pid") == s["pid"] and e.get("tid") == s["tid"] and e["ts"] <= s["ts"] < e["ts"] + e["dur"]
+            for e in original
+            if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+        )
+        # and ends inside the wait of a sync of its kind, on the host thread
+        assert any(lo <= f["ts"] <= hi and kind == s["args"]["sync"] for lo, hi, kind in waits)
+        assert s["ts"] <= f["ts"]
 
 
 def test_arrows_find_streams_written_under_another_tid(tmp_path: Path) -> None:

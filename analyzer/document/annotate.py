@@ -28,10 +28,11 @@ from typing import IO, Any, cast
 
 import msgspec
 
+from stallscope.analyzer.analysis import Analysis
 from stallscope.analyzer.core.errors import TraceError
 from stallscope.analyzer.core.model import Lane
 from stallscope.analyzer.document.encoding import encode_compact
-from stallscope.analyzer.document.tracks import Added, analysis_events, free_pid
+from stallscope.analyzer.document.tracks import Added, Awaited, analysis_events, free_pid
 from stallscope.analyzer.load.stream import NotStreamable, TooLarge, blocks
 
 _gzip_lib: ModuleType
@@ -148,22 +149,29 @@ def write_annotated(
     lanes: Sequence[Lane],
     out: str | Path,
     limit: int | None = None,
+    awaited: Mapping[int, Awaited] | None = None,
 ) -> Annotated:
     """Write ``trace`` (one trace file, ``.json`` or gzip) with the analysis ``doc`` of it (the
     ``stallscope.analysis/2`` document; ``lanes``: the trace model's lanes, whose ids the document uses)
-    added, to ``out`` (gzip when its name ends in ``.gz``). The file is written beside ``out`` and renamed
-    into place, so ``out`` is never left half written. ``limit``: bytes of JSON allowed once inflated.
-    ``TraceError`` when the trace cannot be read; ``OSError`` when ``out`` cannot be written."""
+    added, to ``out`` (gzip when its name ends in ``.gz``). ``awaited``: what each sync waited for
+    (``awaited_by_sync``), when the caller has the analysis itself. The file is written beside ``out``
+    and renamed into place, so ``out`` is never left half written. ``limit``: bytes of JSON allowed once
+    inflated. ``TraceError`` when the trace cannot be read; ``OSError`` when ``out`` cannot be written."""
     src, target = Path(trace), Path(out)
-    gzipped, gz_out = _is_gzip(src), target.name.endswith(".gz")
+    gz_out = target.name.endswith(".gz")
     tmp = target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp"
     os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))  # the user's umask, as any file
+
+    def analysis(seen: _Seen) -> tuple[Iterator[dict[str, Any]], Added]:
+        """The added events, once every original event has been seen (its pid and flow ids are free)."""
+        return analysis_events(doc, seen.endpoints(lanes), free_pid(seen.pids), seen.max_id + 1, awaited)
+
     try:
         try:
-            result = _write(src, gzipped, doc, lanes, tmp, gz_out, limit, streamed=True)
+            result = _write(src, tmp, gz_out, limit, analysis, streamed=True)
         except NotStreamable:
             try:
-                result = _write(src, gzipped, doc, lanes, tmp, gz_out, limit, streamed=False)
+                result = _write(src, tmp, gz_out, limit, analysis, streamed=False)
             except NotStreamable as exc:
                 raise TraceError(str(src), f"cannot copy: {exc}") from None
         tmp.replace(target)
@@ -174,6 +182,22 @@ def write_annotated(
     return result
 
 
+def awaited_by_sync(a: Analysis) -> dict[int, Awaited]:
+    """What each sync that waited for device work waited for, by sync id: the activity that ended last
+    among those its calls waited for (the dependency graph's edges into the call's return), with the
+    sync's thread. The document does not carry it; ``write_annotated`` draws an arrow for each."""
+    g = a.graph
+    out: dict[int, Awaited] = {}
+    if g is None:
+        return out
+    for s in a.syncs:
+        acts = [x for c in s.calls if 0 <= c < len(g.call_waits) for x in g.call_waits[c]]
+        if acts:
+            last = max(acts, key=lambda x: float(g.act_end[x]))
+            out[s.id] = (s.thread, int(g.act_lane[last]), float(g.act_start[last]), float(g.act_end[last]))
+    return out
+
+
 def _is_gzip(path: Path) -> bool:
     try:
         with path.open("rb") as f:
@@ -182,22 +206,25 @@ def _is_gzip(path: Path) -> bool:
         raise TraceError(str(path), f"cannot read ({exc.strerror or exc})") from None
 
 
+_Added = Callable[[], tuple[Iterator[dict[str, Any]], Added]]
+
+
 def _write(
     src: Path,
-    gzipped: bool,
-    doc: Mapping[str, Any],
-    lanes: Sequence[Lane],
     tmp: Path,
-    out_gz: bool,
+    gz_out: bool,
     limit: int | None,
+    analysis: Callable[[_Seen], tuple[Iterator[dict[str, Any]], Added]],
     streamed: bool,
 ) -> Annotated:
+    """One attempt at the copy: cut into pieces (``streamed``), or whole."""
     seen = _Seen()
-    with _open_out(tmp, out_gz) as out:
+    gzipped = _is_gzip(src)
+    with _open_out(tmp, gz_out) as out:
         try:
             source = blocks(src, gzipped, limit)
             copy = _copy_streamed if streamed else _copy_whole
-            added = copy(source, out, seen, lambda: _added(doc, lanes, seen))
+            added = copy(source, out, seen, lambda: analysis(seen))
         except TooLarge:
             raise TraceError(str(src), "more JSON than the inflated-size limit allows") from None
         except OSError as exc:
@@ -211,16 +238,6 @@ def _open_out(path: Path, gzipped: bool) -> IO[bytes]:
     if gzipped:
         return cast(IO[bytes], _gzip_lib.open(path, "wb"))
     return path.open("wb")
-
-
-_Added = Callable[[], tuple[Iterator[dict[str, Any]], Added]]
-
-
-def _added(
-    doc: Mapping[str, Any], lanes: Sequence[Lane], seen: _Seen
-) -> tuple[Iterator[dict[str, Any]], Added]:
-    """The analysis' events, once every original event has been seen (its pid and flow ids are free)."""
-    return analysis_events(doc, seen.endpoints(lanes), free_pid(seen.pids), seen.max_id + 1)
 
 
 def _write_added(out: IO[bytes], make: _Added, first: bool) -> Added:

@@ -29,6 +29,9 @@ PID_BASE = 999_000_001  # the first synthetic pid tried: far above real pids and
 Event = dict[str, Any]
 #: per lane (by id): its thread as the trace's events write it (pid, tid), or None
 Endpoints = Sequence[tuple[Any, Any] | None]
+#: what a sync waited for, as the analysis' graph has it: (the sync's thread lane, the lane of the
+#: activity that ended last among those it waited for, that activity's start, its end)
+Awaited = tuple[int, int, float, float]
 
 
 @dataclass
@@ -39,6 +42,7 @@ class Added:
     slices: dict[str, int] = field(default_factory=dict)  # track kind -> slices written
     instants: int = 0
     flows: int = 0  # matched s/f pairs
+    sync_flows: int = 0  # of which from a sync's awaited activity (off the critical path's steps)
     flows_unplaced: int = 0  # cross-lane steps whose lanes have no thread in the trace's events
 
 
@@ -51,21 +55,29 @@ def free_pid(pids: set[str]) -> int:
 
 
 def analysis_events(
-    doc: Mapping[str, Any], endpoints: Endpoints, pid: int, first_flow_id: int
+    doc: Mapping[str, Any],
+    endpoints: Endpoints,
+    pid: int,
+    first_flow_id: int,
+    awaited: Mapping[int, Awaited] | None = None,
 ) -> tuple[Iterator[Event], Added]:
     """The added events, in file order (metadata first), made lazily: a large trace's critical path has
     hundreds of thousands of segments. ``endpoints``: where each lane's events are in the file (the
-    arrows bind to them); ``pid`` the analysis' process, ``first_flow_id`` the first free flow id.
+    arrows bind to them); ``pid`` the analysis' process, ``first_flow_id`` the first free flow id;
+    ``awaited``: what each sync waited for, by sync id (``awaited_by_sync``; the document does not say).
     ``Added`` is complete once the iterator is exhausted."""
     added = Added(pid)
-    return _events(doc, endpoints, added, first_flow_id), added
+    arrows = _Arrows(endpoints, _labels(doc), added, first_flow_id)
+    return _events(doc, arrows, awaited or {}), added
 
 
-def _events(
-    doc: Mapping[str, Any], endpoints: Endpoints, added: Added, first_flow_id: int
-) -> Iterator[Event]:
-    pid = added.pid
-    labels = [str(lane.get("label", "")) for lane in doc.get("source", {}).get("lanes", [])]
+def _labels(doc: Mapping[str, Any]) -> list[str]:
+    return [str(lane.get("label", "")) for lane in doc.get("source", {}).get("lanes", [])]
+
+
+def _events(doc: Mapping[str, Any], arrows: _Arrows, awaited: Mapping[int, Awaited]) -> Iterator[Event]:
+    added = arrows.added
+    pid, labels = added.pid, arrows.labels
     gaps = list(doc.get("gaps") or [])
     syncs = list(doc.get("syncs") or [])
     device_names = {d.get("id"): d.get("name") for d in doc.get("source", {}).get("devices", [])}
@@ -82,7 +94,7 @@ def _events(
     yield from _critical(doc, labels, pid, 2, added)
     yield from _gaps(gaps, pid, gap_track, added)
     yield from _syncs(syncs, pid, sync_track, added)
-    yield from _flows(doc, endpoints, labels, first_flow_id, added)
+    yield from _flows(doc, arrows, awaited)
 
 
 def _track(tracks: list[str], name: str) -> int:
@@ -231,52 +243,65 @@ def _first_by_site(doc: Mapping[str, Any]) -> dict[str, tuple[float, str]]:
     return first
 
 
-def _flows(
-    doc: Mapping[str, Any], endpoints: Endpoints, labels: list[str], first_id: int, added: Added
-) -> Iterator[Event]:
-    """A "waited for" arrow wherever the critical path steps from one lane to another: from inside the
-    segment that was waited for (the flow binds to the slice open there on that thread: the kernel, the
-    other thread's op) to inside the waiting one (``bp: "e"``: bound to the call enclosing it)."""
-    seg = _segments(doc)
-    if seg is None:
-        return
+@dataclass
+class _Arrows:
+    """Makes the flow pairs: numbers them, places their ends on the trace's threads, counts them."""
 
-    def where(lane: int) -> tuple[Any, Any] | None:
-        return endpoints[lane] if 0 <= lane < len(endpoints) else None
+    endpoints: Endpoints
+    labels: list[str]
+    added: Added
+    next_id: int
 
-    kinds, lane_ids, starts, ends = seg["kind"], seg["lane"], seg["start_us"], seg["end_us"]
-    flow_id = first_id
-    for i in range(len(lane_ids) - 1):
-        a, b = lane_ids[i], lane_ids[i + 1]
-        if a == b:
-            continue
-        src, dst = where(a), where(b)
+    def pair(
+        self, awaited: tuple[int, float, float], waiter: tuple[int, float, float], args: Event
+    ) -> list[Event]:
+        """An arrow from inside ``awaited`` (lane, start, end) to inside ``waiter``: ``s`` binds to the
+        slice open there on that thread (the kernel, the other thread's op), ``f`` (``bp: "e"``) to the
+        call enclosing it (the waiting call). None when a lane has no thread among the trace's events."""
+        src, dst = self._thread(awaited[0]), self._thread(waiter[0])
         if src is None or dst is None:
-            added.flows_unplaced += 1
-            continue
+            self.added.flows_unplaced += 1
+            return []
+        common = {"cat": CATEGORY, "name": FLOW_NAME, "id": self.next_id}
         args = {
-            "waiter": _label(labels, b),
-            "waited_for": _label(labels, a),
-            "from_kind": kinds[i],
-            "to_kind": kinds[i + 1],
-        }
-        common = {"cat": CATEGORY, "name": FLOW_NAME, "id": flow_id}
-        yield common | {
-            "ph": "s",
-            "pid": src[0],
-            "tid": src[1],
-            "ts": _middle(starts[i], ends[i]),
-            "args": args,
-        }
-        yield common | {
-            "ph": "f",
-            "bp": "e",
-            "pid": dst[0],
-            "tid": dst[1],
-            "ts": _middle(starts[i + 1], ends[i + 1]),
-        }
-        added.flows += 1
-        flow_id += 1
+            "waiter": _label(self.labels, waiter[0]),
+            "waited_for": _label(self.labels, awaited[0]),
+        } | args
+        self.next_id += 1
+        self.added.flows += 1
+        return [
+            common | {"ph": "s", "pid": src[0], "tid": src[1], "ts": _middle(*awaited[1:]), "args": args},
+            common | {"ph": "f", "bp": "e", "pid": dst[0], "tid": dst[1], "ts": _middle(*waiter[1:])},
+        ]
+
+    def _thread(self, lane: int) -> tuple[Any, Any] | None:
+        return self.endpoints[lane] if 0 <= lane < len(self.endpoints) else None
+
+
+def _flows(doc: Mapping[str, Any], arrows: _Arrows, awaited: Mapping[int, Awaited]) -> Iterator[Event]:
+    """A "waited for" arrow wherever the critical path steps from one lane to another (the waiter's
+    segment follows the one it waited for), then one per sync that blocked, from the activity it waited
+    for (``awaited``, by sync id, where the analysis has it) to the sync's call, unless the critical
+    path's arrow already joins the two."""
+    seg = _segments(doc)
+    drawn: set[tuple[int, int, float]] = set()
+    if seg is not None:
+        kinds, lanes, starts, ends = seg["kind"], seg["lane"], seg["start_us"], seg["end_us"]
+        for i in range(len(lanes) - 1):
+            a, b = lanes[i], lanes[i + 1]
+            if a != b:
+                drawn.add((a, b, ends[i]))
+                args = {"from_kind": kinds[i], "to_kind": kinds[i + 1]}
+                yield from arrows.pair((a, starts[i], ends[i]), (b, starts[i + 1], ends[i + 1]), args)
+    for sync in doc.get("syncs") or []:
+        wait = awaited.get(sync["id"])
+        if wait is None or sync["wait_us"] <= 0 or (wait[1], wait[0], wait[3]) in drawn:
+            continue
+        args = {"sync": sync["kind"], "call_site": site_text(sync.get("call_site")) or None}
+        start = sync["start_us"]
+        pair = arrows.pair(wait[1:], (wait[0], start, start + sync["wait_us"]), args)
+        arrows.added.sync_flows += 1 if pair else 0
+        yield from pair
 
 
 def _middle(start: float, end: float) -> float:
