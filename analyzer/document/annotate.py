@@ -371,7 +371,6 @@ def _copy_whole(source: Iterator[bytes], out: IO[bytes], seen: _Seen, make: _Add
         events = _RAWS.decode(top["traceEvents"])
     except (msgspec.DecodeError, msgspec.ValidationError, KeyError, UnicodeDecodeError) as exc:
         raise NotStreamable(f"not a trace document ({exc})") from None
-    del data, stripped
     out.write(b"{")
     for i, (key, value) in enumerate(top.items()):
         out.write((b"," if i else b"") + encode_compact(key) + b":")

@@ -1,12 +1,14 @@
 """The analysis as Chrome-JSON trace events: extra tracks that Perfetto UI and chrome://tracing draw beside
 a trace's own events (``stallscope annotate``, the dashboard's annotated download).
 
-Everything comes from the analysis document (``stallscope.analysis/2``) and the trace's lanes: a view of
-the document, never a new analysis. The events go in one synthetic process (``ANALYSIS_PROCESS``) whose
-threads are the tracks: the findings (instant markers), the critical path (a slice per segment, named by
-its kind), each device's idle gaps (named by cause) and each host thread's syncs (named by kind). "Waited
-for" arrows are flow events (``ph`` ``s``/``f``) between the trace's own tracks: from the work a waiter
-waited for to the waiting call, wherever consecutive critical-path segments change lanes.
+Everything comes from the analysis document (``stallscope.analysis/2``), plus, when the caller has the
+analysis itself, what each sync waited for (``Awaited``, which the document does not carry): a view of the
+analysis, never a new one. The events go in one synthetic process (``ANALYSIS_PROCESS``) whose threads
+are the tracks: the findings (instant markers), the critical path (a slice per segment, named by its
+kind), each device's idle gaps (named by cause) and each host thread's syncs (named by kind). "Waited
+for" arrows are flow events (``ph`` ``s``/``f``) between the trace's own tracks, from the work a waiter
+waited for to the waiting call: wherever consecutive critical-path segments change lanes, and from each
+blocking sync's awaited activity to its call.
 
 Times are the document's, which are the trace's own ``ts`` values (µs on the trace's clock, as the loader
 reads them: no unit change, no offset), so the added events line up with the original ones whatever unit
