@@ -105,6 +105,21 @@ def test_the_copy_is_byte_for_byte_in_pieces_and_whole(
     assert whole.original_events == streamed.original_events
 
 
+def test_elements_the_loader_skips_are_kept_too(tmp_path: Path) -> None:
+    # GIVEN a trace whose event list also holds a number, a string and an event with a number out of range
+    text = gzip.decompress(ITEM.read_bytes()).decode()
+    at = text.index('"traceEvents": [') + len('"traceEvents": [')
+    trace = tmp_path / "odd.json"
+    trace.write_text(text[:at] + '1, "text", {"ph": "X", "name": "big", "ts": 1e400, "dur": 1},' + text[at:])
+    out = tmp_path / "a.json"
+    _, _, written = annotated(trace, out)
+    # THEN they are copied as they were, with every other event
+    original, _, _ = split(trace, out)
+    assert original[:2] == [1, "text"] and original[2]["ts"] == math.inf
+    assert original == read_json(trace)["traceEvents"] and written.original_events == len(original)
+    assert b'"ts": 1e400' in out.read_bytes()
+
+
 def test_the_output_loads_with_stallscopes_own_loader(tmp_path: Path) -> None:
     out = tmp_path / "a.json.gz"
     a, _, written = annotated(ITEM, out)
