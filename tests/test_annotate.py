@@ -6,12 +6,15 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import os
+import subprocess
+import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _kineto import SAMPLES
+from _kineto import REPO, SAMPLES
 from synth.trace import SynthTrace
 
 from stallscope.analyzer.analysis import Analysis, analyze
@@ -411,6 +414,28 @@ def test_bad_input_is_a_one_line_error(
     assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
     assert (tmp_path / "in.json").read_bytes() == before
     assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob(".*.tmp"))
+
+
+def test_as_a_subprocess(tmp_path: Path) -> None:
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "stallscope", "annotate", "-q", *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            check=False,
+            timeout=120,
+        )
+
+    done = run("-o", "x.json.gz", str(ITEM))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("stallscope: annotated trace written to x.json.gz")
+    assert read_json(tmp_path / "x.json.gz")["traceEvents"][0] == read_json(ITEM)["traceEvents"][0]
+    (tmp_path / "bad.json.gz").write_bytes(b"\x1f\x8b not really gzip")
+    bad = run("bad.json.gz")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+    assert bad.stderr.startswith("stallscope: error: bad.json.gz") and "Traceback" not in bad.stderr
 
 
 # ----- the dashboard ---------------------------------------------------------------------------------------
