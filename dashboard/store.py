@@ -379,7 +379,7 @@ class Store:
         request beside the entry's result and kept there (all or nothing: a request that finds it finds it
         whole). The trace file is the analysed rank's. ``awaited``: what each sync waited for
         (``awaited_by_sync`` of the typed analysis), asked for only when the file is written."""
-        from stallscope.analyzer.document.annotate import write_annotated
+        from stallscope.analyzer.document.annotate import anchors_of, write_annotated
 
         doc = self.analysis(trace_id)
         folder = self._result(trace_id, ("analysis.json",))
@@ -387,8 +387,9 @@ class Store:
         if not target.exists():
             source = _analysed_file(self.input_path(trace_id), doc)
             try:
-                lanes = self.model(trace_id).lanes
-                write_annotated(source, doc, lanes, target, awaited=awaited() if awaited else None)
+                model, waits = self.model(trace_id), awaited() if awaited else None
+                anchors = anchors_of(doc, model.events, waits)
+                write_annotated(source, doc, model.lanes, target, awaited=waits, anchors=anchors)
             except StallscopeError as exc:
                 raise NotReady(f"trace {trace_id} cannot be annotated: {exc}") from None
         return target

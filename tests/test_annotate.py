@@ -20,7 +20,13 @@ from synth.trace import SynthTrace
 from stallscope.analyzer.analysis import Analysis, analyze
 from stallscope.analyzer.document import annotate as annotate_module
 from stallscope.analyzer.document.analysis import to_json
-from stallscope.analyzer.document.annotate import Annotated, annotated_name, awaited_by_sync, write_annotated
+from stallscope.analyzer.document.annotate import (
+    Annotated,
+    anchors_of,
+    annotated_name,
+    awaited_by_sync,
+    write_annotated,
+)
 from stallscope.analyzer.document.tracks import ANALYSIS_PROCESS, CATEGORY, FLOW_NAME
 from stallscope.analyzer.load.loader import load
 from stallscope.commands import main
@@ -34,12 +40,33 @@ def read_json(path: Path) -> Any:
     return json.loads(gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data)
 
 
-def annotated(trace: Path, out: Path, syncs: bool = False) -> tuple[Analysis, dict[str, Any], Annotated]:
-    """Analyse ``trace`` and write it annotated to ``out`` (``syncs``: with each sync's awaited activity)."""
+def annotated(
+    trace: Path, out: Path, syncs: bool = False, anchored: bool = True
+) -> tuple[Analysis, dict[str, Any], Annotated]:
+    """Analyse ``trace`` and write it annotated to ``out`` (``syncs``: with each sync's awaited activity;
+    ``anchored``: arrows placed inside the lanes' slices, as the command does)."""
     a = analyze(load(trace, use_cache=False))
     doc = to_json(a)
     awaited = awaited_by_sync(a) if syncs else None
-    return a, doc, write_annotated(trace, doc, a.model.lanes, out, awaited=awaited)
+    anchors = anchors_of(doc, a.model.events, awaited) if anchored else None
+    return a, doc, write_annotated(trace, doc, a.model.lanes, out, awaited=awaited, anchors=anchors)
+
+
+def arrows_bind_to_slices(original: list[Any], added: list[Any]) -> None:
+    """Every arrow end lies strictly inside a slice of the trace on its thread (where Perfetto UI and
+    chrome://tracing bind it), and every arrow is an s/f pair."""
+    slices: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
+    for e in original:
+        if isinstance(e, dict) and e.get("ph") == "X" and isinstance(e.get("dur"), int | float):
+            slices[(str(e.get("pid")), str(e.get("tid")))].append((e["ts"], e["ts"] + e["dur"]))
+    pairs: dict[Any, list[str]] = defaultdict(list)
+    for e in added:
+        if e["ph"] in ("s", "f"):
+            pairs[e["id"]].append(e["ph"])
+            assert e["ph"] == "s" or e["bp"] == "e"
+            inside = [b < e["ts"] < end for b, end in slices[(str(e["pid"]), str(e["tid"]))]]
+            assert any(inside), e
+    assert all(sorted(p) == ["f", "s"] for p in pairs.values())
 
 
 def split(trace: Path, out: Path) -> tuple[list[Any], list[Any], int]:
@@ -205,10 +232,14 @@ def test_flows_are_matched_pairs_between_the_traces_own_threads(tmp_path: Path) 
     assert not set(pairs) & {e.get("id") for e in original if e.get("ph") in ("s", "f")}
     threads = {(e.get("pid"), e.get("tid")) for e in original}
     assert all((e["pid"], e["tid"]) in threads for e in flows)
-    # each starts inside the segment waited for and ends inside the waiting one, in time order
+    # each goes forward in time and binds to a slice at both ends
     for p in pairs.values():
         s, f = sorted(p, key=lambda x: x["ph"] != "s")
-        assert s["ts"] <= f["ts"] and f["bp"] == "e"
+        assert s["ts"] <= f["ts"]
+    arrows_bind_to_slices(original, added)
+    # without the model's slices (a caller with the document only), the same arrows, at the segments
+    _, _, plain = annotated(ITEM, tmp_path / "plain.json", anchored=False)
+    assert plain.added.flows == written.added.flows
 
 
 def test_a_syncs_wait_already_on_the_critical_path_gets_no_second_arrow(tmp_path: Path) -> None:
@@ -298,16 +329,23 @@ def test_an_ns_unit_trace_lines_up_with_its_own_kernels(shared_traces: Path, tmp
 
 @pytest.mark.shared
 @pytest.mark.parametrize(
-    "name", ["hta_a100_item_event_sync.pt.trace.json.gz", "hta_a100_multistream_event_sync.pt.trace.json.gz"]
+    "name",
+    [
+        "hta_a100_item_event_sync.pt.trace.json.gz",
+        "hta_a100_multistream_event_sync.pt.trace.json.gz",
+        "field/kineto_v100_resnet50_nw0.pt.trace.json.gz",  # old layout; hand-offs between threads
+        "field/tracelens_mi300_resnet_act_checkpoint.pt.trace.json.gz",  # streams idle waiting on streams
+    ],
 )
 def test_real_traces_keep_every_event(shared_traces: Path, tmp_path: Path, name: str) -> None:
     trace = shared_traces / name
     out = tmp_path / "r.json.gz"
-    _, doc, written = annotated(trace, out)
+    _, doc, written = annotated(trace, out, syncs=True)
     original, added, _ = split(trace, out)
     assert original == read_json(trace)["traceEvents"] and written.original_events == len(original)
     assert len(on_track(added, "syncs")) == len(doc["syncs"])
     assert written.added.flows > 0 and written.added.flows_unplaced == 0
+    arrows_bind_to_slices(original, added)
 
 
 # ----- hostile text --------------------------------------------------------------------------------------

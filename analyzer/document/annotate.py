@@ -30,9 +30,10 @@ import msgspec
 
 from stallscope.analyzer.analysis import Analysis
 from stallscope.analyzer.core.errors import TraceError
-from stallscope.analyzer.core.model import Lane
+from stallscope.analyzer.core.model import EventTable, Lane
+from stallscope.analyzer.document.anchors import Anchors
 from stallscope.analyzer.document.encoding import encode_compact
-from stallscope.analyzer.document.tracks import Added, Awaited, analysis_events, free_pid
+from stallscope.analyzer.document.tracks import Added, Awaited, analysis_events, flow_lanes, free_pid
 from stallscope.analyzer.load.stream import NotStreamable, TooLarge, blocks
 
 _gzip_lib: ModuleType
@@ -150,11 +151,13 @@ def write_annotated(
     out: str | Path,
     limit: int | None = None,
     awaited: Mapping[int, Awaited] | None = None,
+    anchors: Anchors | None = None,
 ) -> Annotated:
     """Write ``trace`` (one trace file, ``.json`` or gzip) with the analysis ``doc`` of it (the
     ``stallscope.analysis/2`` document; ``lanes``: the trace model's lanes, whose ids the document uses)
     added, to ``out`` (gzip when its name ends in ``.gz``). ``awaited``: what each sync waited for
-    (``awaited_by_sync``), when the caller has the analysis itself. The file is written beside ``out``
+    (``awaited_by_sync``), when the caller has the analysis itself; ``anchors``: the slices of the lanes
+    the arrows end on (``anchors_of``), so that each binds to one. The file is written beside ``out``
     and renamed into place, so ``out`` is never left half written. ``limit``: bytes of JSON allowed once
     inflated. ``TraceError`` when the trace cannot be read; ``OSError`` when ``out`` cannot be written."""
     src, target = Path(trace), Path(out)
@@ -164,7 +167,8 @@ def write_annotated(
 
     def analysis(seen: _Seen) -> tuple[Iterator[dict[str, Any]], Added]:
         """The added events, once every original event has been seen (its pid and flow ids are free)."""
-        return analysis_events(doc, seen.endpoints(lanes), free_pid(seen.pids), seen.max_id + 1, awaited)
+        pid, first_id = free_pid(seen.pids), seen.max_id + 1
+        return analysis_events(doc, seen.endpoints(lanes), pid, first_id, awaited, anchors)
 
     try:
         try:
@@ -196,6 +200,12 @@ def awaited_by_sync(a: Analysis) -> dict[int, Awaited]:
             last = max(acts, key=lambda x: float(g.act_end[x]))
             out[s.id] = (s.thread, int(g.act_lane[last]), float(g.act_start[last]), float(g.act_end[last]))
     return out
+
+
+def anchors_of(doc: Mapping[str, Any], events: EventTable, awaited: Mapping[int, Awaited] | None) -> Anchors:
+    """The slices of the lanes the arrows of ``doc`` (and of ``awaited``) end on, from the trace model's
+    events (a copy of those lanes' times: the model can go before the file is written)."""
+    return Anchors(events, flow_lanes(doc, awaited))
 
 
 def _is_gzip(path: Path) -> bool:

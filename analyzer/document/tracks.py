@@ -21,6 +21,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from stallscope.analyzer.document.anchors import Anchors
 from stallscope.analyzer.document.diff import site_text
 
 CATEGORY = "stallscope"  # the ``cat`` of every added event: its flows never pair with the trace's own
@@ -62,14 +63,16 @@ def analysis_events(
     pid: int,
     first_flow_id: int,
     awaited: Mapping[int, Awaited] | None = None,
+    anchors: Anchors | None = None,
 ) -> tuple[Iterator[Event], Added]:
     """The added events, in file order (metadata first), made lazily: a large trace's critical path has
     hundreds of thousands of segments. ``endpoints``: where each lane's events are in the file (the
     arrows bind to them); ``pid`` the analysis' process, ``first_flow_id`` the first free flow id;
-    ``awaited``: what each sync waited for, by sync id (``awaited_by_sync``; the document does not say).
-    ``Added`` is complete once the iterator is exhausted."""
+    ``awaited``: what each sync waited for, by sync id (``awaited_by_sync``; the document does not say);
+    ``anchors``: the lanes' slices (``flow_lanes``), so that each arrow ends inside one (without them,
+    the middle of each segment). ``Added`` is complete once the iterator is exhausted."""
     added = Added(pid)
-    arrows = _Arrows(endpoints, _labels(doc), added, first_flow_id)
+    arrows = _Arrows(endpoints, _labels(doc), added, first_flow_id, anchors)
     return _events(doc, arrows, awaited or {}), added
 
 
@@ -253,15 +256,24 @@ class _Arrows:
     labels: list[str]
     added: Added
     next_id: int
+    anchors: Anchors | None
 
     def pair(
-        self, awaited: tuple[int, float, float], waiter: tuple[int, float, float], args: Event
+        self,
+        awaited: tuple[int, float, float],
+        waiter: tuple[int, float, float],
+        args: Event,
+        in_event: bool = True,
     ) -> list[Event]:
-        """An arrow from inside ``awaited`` (lane, start, end) to inside ``waiter``: ``s`` binds to the
-        slice open there on that thread (the kernel, the other thread's op), ``f`` (``bp: "e"``) to the
-        call enclosing it (the waiting call). None when a lane has no thread among the trace's events."""
+        """An arrow from inside ``awaited`` (lane, start, end) to ``waiter``: ``s`` binds to the slice open
+        there on that thread (the kernel, the other thread's op); ``f`` to the call enclosing the middle
+        of ``waiter`` (``bp: "e"``: the waiting call), or, when the waiter's time is in no event of its own
+        (``in_event`` false: a stream idle until the work it waited for was done, a thread between calls),
+        to the next slice that starts on its thread from the waiter's start (the work that could go on).
+        None when a lane has no thread among the trace's events."""
         src, dst = self._thread(awaited[0]), self._thread(waiter[0])
-        if src is None or dst is None:
+        at = self._times(awaited, waiter, in_event)
+        if src is None or dst is None or at is None:
             self.added.flows_unplaced += 1
             return []
         common = {"cat": CATEGORY, "name": FLOW_NAME, "id": self.next_id}
@@ -271,10 +283,21 @@ class _Arrows:
         } | args
         self.next_id += 1
         self.added.flows += 1
-        return [
-            common | {"ph": "s", "pid": src[0], "tid": src[1], "ts": _middle(*awaited[1:]), "args": args},
-            common | {"ph": "f", "bp": "e", "pid": dst[0], "tid": dst[1], "ts": _middle(*waiter[1:])},
-        ]
+        s_ts, f_ts, enclosing = at
+        end = {"ph": "f", "pid": dst[0], "tid": dst[1], "ts": f_ts} | ({"bp": "e"} if enclosing else {})
+        return [common | {"ph": "s", "pid": src[0], "tid": src[1], "ts": s_ts, "args": args}, common | end]
+
+    def _times(
+        self, awaited: tuple[int, float, float], waiter: tuple[int, float, float], in_event: bool
+    ) -> tuple[float, float, bool] | None:
+        """(the ``s`` time, the ``f`` time, whether ``f`` binds to its enclosing slice): inside the lanes'
+        slices with ``anchors`` (None when a lane has none there); else the segments' middles, and the
+        waiter's start bound to the next slice when its time is in no event of its own."""
+        if self.anchors is not None:
+            s_ts, f_ts = self.anchors.awaited(*awaited), self.anchors.waiter(*waiter)
+            return None if s_ts is None or f_ts is None else (s_ts, f_ts, True)
+        f_ts = _middle(*waiter[1:]) if in_event else waiter[1]
+        return _middle(*awaited[1:]), f_ts, in_event
 
     def _thread(self, lane: int) -> tuple[Any, Any] | None:
         return self.endpoints[lane] if 0 <= lane < len(self.endpoints) else None
@@ -289,12 +312,16 @@ def _flows(doc: Mapping[str, Any], arrows: _Arrows, awaited: Mapping[int, Awaite
     drawn: set[tuple[int, int, float]] = set()
     if seg is not None:
         kinds, lanes, starts, ends = seg["kind"], seg["lane"], seg["start_us"], seg["end_us"]
+        names, name = seg["names"], seg["name"]
         for i in range(len(lanes) - 1):
             a, b = lanes[i], lanes[i + 1]
             if a != b:
                 drawn.add((a, b, ends[i]))
                 args = {"from_kind": kinds[i], "to_kind": kinds[i + 1]}
-                yield from arrows.pair((a, starts[i], ends[i]), (b, starts[i + 1], ends[i + 1]), args)
+                in_event = 0 <= name[i + 1] < len(names) and names[name[i + 1]] != ""
+                yield from arrows.pair(
+                    (a, starts[i], ends[i]), (b, starts[i + 1], ends[i + 1]), args, in_event
+                )
     for sync in doc.get("syncs") or []:
         wait = awaited.get(sync["id"])
         if wait is None or sync["wait_us"] <= 0 or (wait[1], wait[0], wait[3]) in drawn:
@@ -304,6 +331,21 @@ def _flows(doc: Mapping[str, Any], arrows: _Arrows, awaited: Mapping[int, Awaite
         pair = arrows.pair(wait[1:], (wait[0], start, start + sync["wait_us"]), args)
         arrows.added.sync_flows += 1 if pair else 0
         yield from pair
+
+
+def flow_lanes(doc: Mapping[str, Any], awaited: Mapping[int, Awaited] | None = None) -> set[int]:
+    """The lanes the arrows end on: those where the critical path changes lanes, and the syncs' and their
+    awaited activities' (``Anchors`` needs only these)."""
+    seg = _segments(doc)
+    lanes: set[int] = set()
+    if seg is not None:
+        ids = seg["lane"]
+        lanes |= {
+            x for i, x in enumerate(ids) if (i and ids[i - 1] != x) or (i + 1 < len(ids) and ids[i + 1] != x)
+        }
+    for thread, lane, _, _ in (awaited or {}).values():
+        lanes |= {thread, lane}
+    return lanes
 
 
 def _middle(start: float, end: float) -> float:

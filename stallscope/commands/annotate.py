@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     _refuse_input(Path(args.trace), out)
     from stallscope.analysing import load_and_analyse
     from stallscope.analyzer.document.analysis import to_json
-    from stallscope.analyzer.document.annotate import awaited_by_sync, write_annotated
+    from stallscope.analyzer.document.annotate import anchors_of, awaited_by_sync, write_annotated
     from stallscope.analyzer.load import cache
     from stallscope.progress import Progress
 
@@ -58,11 +58,13 @@ def run(args: argparse.Namespace) -> int:
         )
         source, lanes, doc = Path(result.model.path), result.model.lanes, to_json(result)
         awaited = awaited_by_sync(result)
+        anchors = anchors_of(doc, result.model.events, awaited)
         del result  # the model's columns go before the copy (the peak of large traces)
         _refuse_input(source, out)
         progress("writing the annotated trace")
         try:
-            written = write_annotated(source, doc, lanes, out, int(args.max_inflated_mb * 1e6), awaited)
+            limit = int(args.max_inflated_mb * 1e6)
+            written = write_annotated(source, doc, lanes, out, limit, awaited, anchors)
         except OSError as exc:
             raise UsageError(f"-o {out}: cannot write ({exc.strerror or exc})") from None
     finally:
