@@ -265,12 +265,12 @@ class _Arrows:
         args: Event,
         in_event: bool = True,
     ) -> list[Event]:
-        """An arrow from inside ``awaited`` (lane, start, end) to ``waiter``: ``s`` binds to the slice open
-        there on that thread (the kernel, the other thread's op); ``f`` to the call enclosing the middle
-        of ``waiter`` (``bp: "e"``: the waiting call), or, when the waiter's time is in no event of its own
-        (``in_event`` false: a stream idle until the work it waited for was done, a thread between calls),
-        to the next slice that starts on its thread from the waiter's start (the work that could go on).
-        None when a lane has no thread among the trace's events."""
+        """An arrow from ``awaited`` (lane, start, end) to ``waiter``: the ``s`` end binds to the slice open
+        at its time on the awaited lane's thread (the kernel, the other thread's op), the ``f`` end
+        (``bp: "e"``) to the slice enclosing its time on the waiter's (the waiting call); ``_times`` picks
+        the times. ``in_event``: the waiter's time is inside an event of its own (not a stream idle until
+        the work it waited for was done, nor a thread between calls). No arrow (counted as unplaced) when
+        a lane has no thread among the trace's events, or no slice there."""
         src, dst = self._thread(awaited[0]), self._thread(waiter[0])
         at = self._times(awaited, waiter, in_event)
         if src is None or dst is None or at is None:
