@@ -71,8 +71,9 @@ def arrows_bind_to_slices(original: list[Any], added: list[Any]) -> None:
 
 def split(trace: Path, out: Path) -> tuple[list[Any], list[Any], int]:
     """(original events, added events, the analysis pid) of an annotated file."""
-    events = read_json(out)["traceEvents"] if isinstance(read_json(out), dict) else read_json(out)
-    n = len(read_json(trace)["traceEvents"])
+    doc, original = read_json(out), read_json(trace)
+    events = doc["traceEvents"] if isinstance(doc, dict) else doc
+    n = len(original["traceEvents"] if isinstance(original, dict) else original)
     added = events[n:]
     pid = next(e["pid"] for e in added if e.get("name") == "process_name")
     return events[:n], added, pid
@@ -148,6 +149,23 @@ def test_elements_the_loader_skips_are_kept_too(tmp_path: Path) -> None:
     assert original[:2] == [1, "text"] and original[2]["ts"] == math.inf
     assert original == read_json(trace)["traceEvents"] and written.original_events == len(original)
     assert b'"ts": 1e400' in out.read_bytes()
+
+
+@pytest.mark.parametrize("whole", [False, True])
+def test_a_bare_event_list_stays_a_list(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, whole: bool) -> None:
+    if whole:  # the same through the whole-document rewrite
+        monkeypatch.setattr(annotate_module, "_copy_streamed", annotate_module._copy_whole)
+    trace = tmp_path / "bare.json"
+    trace.write_text(json.dumps(read_json(ITEM)["traceEvents"]))
+    out = tmp_path / "a.json.gz"
+    _, doc, written = annotated(trace, out)
+    result = read_json(out)
+    assert isinstance(result, list)
+    n = written.original_events
+    assert (
+        result[:n] == read_json(trace)
+        and len(on_track(result[n:], "critical path")) == doc["critical_path"]["segments"]["count"]
+    )
 
 
 def test_the_output_loads_with_stallscopes_own_loader(tmp_path: Path) -> None:
