@@ -4,8 +4,9 @@ a trace's own events (``stallscope annotate``, the dashboard's annotated downloa
 Everything comes from the analysis document (``stallscope.analysis/2``), plus, when the caller has the
 analysis itself, what each sync waited for (``Awaited``, which the document does not carry): a view of the
 analysis, never a new one. The events go in one synthetic process (``ANALYSIS_PROCESS``) whose threads
-are the tracks: the findings (instant markers), the critical path (a slice per segment, named by its
-kind), each device's idle gaps (named by cause) and each host thread's syncs (named by kind). "Waited
+are the tracks: the critical path (a slice per segment, named by its kind), each device's idle gaps
+(named by cause) and each host thread's syncs (named by kind); the findings are the process's instant
+markers. "Waited
 for" arrows are flow events (``ph`` ``s``/``f``) between the trace's own tracks, from the work a waiter
 waited for to the waiting call: wherever consecutive critical-path segments change lanes, and from each
 blocking sync's awaited activity to its call.
@@ -86,7 +87,7 @@ def _events(doc: Mapping[str, Any], arrows: _Arrows, awaited: Mapping[int, Await
     gaps = list(doc.get("gaps") or [])
     syncs = list(doc.get("syncs") or [])
     device_names = {d.get("id"): d.get("name") for d in doc.get("source", {}).get("devices", [])}
-    tracks: list[str] = ["findings", "critical path"]
+    tracks: list[str] = ["critical path"]
     gap_track = {
         dev: _track(
             tracks, f"idle gaps: GPU {dev}" + (f" ({device_names[dev]})" if device_names.get(dev) else "")
@@ -95,8 +96,8 @@ def _events(doc: Mapping[str, Any], arrows: _Arrows, awaited: Mapping[int, Await
     }
     sync_track = {t: _track(tracks, f"syncs: {t}") for t in sorted({str(s["thread"]) for s in syncs})}
     yield from _metadata(pid, tracks)
-    yield from _findings(doc, pid, 1, added)
-    yield from _critical(doc, labels, pid, 2, added)
+    yield from _findings(doc, pid, added)
+    yield from _critical(doc, labels, pid, 1, added)
     yield from _gaps(gaps, pid, gap_track, added)
     yield from _syncs(syncs, pid, sync_track, added)
     yield from _flows(doc, arrows, awaited)
@@ -197,7 +198,7 @@ def _syncs(syncs: list[Any], pid: int, track: dict[str, int], added: Added) -> I
         yield _slice(pid, track[str(s["thread"])], str(s["kind"]), start, start + s["wait_us"], args)
 
 
-def _findings(doc: Mapping[str, Any], pid: int, tid: int, added: Added) -> Iterator[Event]:
+def _findings(doc: Mapping[str, Any], pid: int, added: Added) -> Iterator[Event]:
     """An instant per finding, at the first sync of its call site (a finding about a line of code; its
     first gap when no sync has that site), else at the window's start (a finding about the whole run);
     ``placed`` says which."""
@@ -224,11 +225,10 @@ def _findings(doc: Mapping[str, Any], pid: int, tid: int, added: Added) -> Itera
         added.instants += 1
         yield {
             "ph": "i",
-            "s": "t",
+            "s": "p",  # process-scoped: a marker across the analysis' tracks
             "cat": CATEGORY,
             "name": str(f.get("title") or f.get("rule") or "finding"),
             "pid": pid,
-            "tid": tid,
             "ts": ts,
             "args": args,
         }
