@@ -3,7 +3,12 @@
     POST   /api/traces                 multipart field ``file`` -> 201 {id, url, status}
     GET    /api/traces                 [{id, name, uploaded_at, size_bytes, status, summary, ...}]
     GET    /api/traces/<id>            one entry (status and progress while it is analysed)
+<<<<<<< HEAD
     GET    /api/traces/<id>/analysis   the analysis JSON (schema stallscope.analysis/3)
+=======
+    GET    /api/traces/<id>/analysis   the analysis JSON (schema stallscope.analysis/3)
+    GET    /api/traces/<id>/annotated  the trace with the analysis as extra tracks (gzip), for Perfetto UI
+>>>>>>> annotate
     DELETE /api/traces/<id>            204
 
 Every error is a JSON object ``{"error": "<one line>"}`` with a 4xx status (5xx only for a corrupt entry or
@@ -15,7 +20,7 @@ from __future__ import annotations
 
 import logging
 
-from flask import Blueprint, Flask, Response, jsonify, request
+from flask import Blueprint, Flask, Response, jsonify, request, send_file
 from werkzeug.exceptions import HTTPException
 
 from stallscope.dashboard.services import Services
@@ -69,6 +74,14 @@ def _blueprint(services: Services) -> Blueprint:
     @api.get("/traces/<trace_id>/analysis")
     def analysis(trace_id: str) -> Response:
         return jsonify(store.analysis(trace_id))
+
+    @api.get("/traces/<trace_id>/annotated")
+    def annotated(trace_id: str) -> Response:
+        from stallscope.analyzer.document.annotate import annotated_name, awaited_by_sync
+
+        path = store.annotated(trace_id, lambda: awaited_by_sync(services.live.get(trace_id)))
+        name = annotated_name(store.get(trace_id).name)
+        return send_file(path, mimetype="application/gzip", as_attachment=True, download_name=name)
 
     @api.delete("/traces/<trace_id>")
     def delete(trace_id: str) -> tuple[str, int]:

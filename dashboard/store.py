@@ -29,7 +29,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -39,6 +39,7 @@ import pyarrow as pa
 
 from stallscope.analyzer.core.errors import StallscopeError
 from stallscope.analyzer.core.model import TraceModel
+from stallscope.analyzer.document.tracks import Awaited
 from stallscope.analyzer.load.cache import (  # the cache's own Parquet layout
     MODEL_FILES,
     read_model,
@@ -49,6 +50,7 @@ from stallscope.dashboard.unpack import BadUpload, place
 
 ID_RE = re.compile(r"[0-9a-f]{32}")
 OVERVIEW = "overview.json"  # the analysis without the critical path's segments (``Store.overview``)
+ANNOTATED = "annotated.json.gz"  # the trace with its analysis as extra tracks (``Store.annotated``)
 _MODELS_KEPT = 4  # decoded trace models kept in memory (the timeline asks for windows of the same trace)
 
 
@@ -372,6 +374,26 @@ class Store:
                 self._models.popitem(last=False)
         return model
 
+    def annotated(self, trace_id: str, awaited: Callable[[], Mapping[int, Awaited]] | None = None) -> Path:
+        """The entry's trace with its analysis as extra tracks (``stallscope annotate``), written on first
+        request beside the entry's result and kept there (all or nothing: a request that finds it finds it
+        whole). The trace file is the analysed rank's. ``awaited``: what each sync waited for
+        (``awaited_by_sync`` of the typed analysis), asked for only when the file is written."""
+        from stallscope.analyzer.document.annotate import anchors_of, write_annotated
+
+        doc = self.analysis(trace_id)
+        folder = self._result(trace_id, ("analysis.json",))
+        target = folder / ANNOTATED
+        if not target.exists():
+            source = _analysed_file(self.input_path(trace_id), doc)
+            try:
+                model, waits = self.model(trace_id), awaited() if awaited else None
+                anchors = anchors_of(doc, model.events, waits)
+                write_annotated(source, doc, model.lanes, target, awaited=waits, anchors=anchors)
+            except StallscopeError as exc:
+                raise NotReady(f"trace {trace_id} cannot be annotated: {exc}") from None
+        return target
+
     def _folder(self, trace_id: str) -> Path:
         return self.root / "traces" / check_id(trace_id)
 
@@ -412,6 +434,25 @@ class Store:
             for name in ("analysis.json", OVERVIEW):
                 self._docs.pop(f"{trace_id}/{name}", None)
         raise CorruptEntry(f"trace {trace_id} is corrupt: {why}")
+
+
+def _analysed_file(path: Path, doc: dict[str, Any]) -> Path:
+    """The trace file of the rank ``doc`` analysed, in the uploaded ``path`` (a file, or a folder: a
+    bundle, or rank files whose names the job's ranks keep)."""
+    from stallscope.analyzer.load.loader import trace_files
+
+    if path.is_file():
+        return path
+    files = trace_files(path)
+    if len(files) == 1:
+        return files[0]
+    rank = doc.get("source", {}).get("rank")
+    ranks = (doc.get("job") or {}).get("ranks") or []
+    name = next((r.get("path") for r in ranks if r.get("rank") == rank), None)
+    found = [f for f in files if f.name == name]
+    if len(found) != 1:
+        raise NotReady(f"cannot tell which of {len(files)} trace files rank {rank} is")
+    return found[0]
 
 
 def _entry(row: tuple[Any, ...]) -> Entry:

@@ -23,6 +23,59 @@ class Ids(str, Enum):
     TOP_OPS = "overview-top-ops"
     IDLE = "overview-idle"
     CRITICAL = "overview-critical"
+    ANNOTATED = "overview-annotated"
+    OPEN_PERFETTO = "overview-open-perfetto"
+    PERFETTO_STATUS = "overview-perfetto-status"
+
+
+PERFETTO_UI = "https://ui.perfetto.dev"
+
+
+def perfetto_panel(entry: Entry) -> html.Div:
+    """The trace with its analysis as extra tracks (``stallscope annotate``): a download, and a button
+    that hands it to Perfetto UI in another tab by its documented ``postMessage`` API
+    (``assets/open_perfetto.js``; the trace goes from this page to that tab, never to a server). Without
+    a network the button says it could not reach Perfetto UI; the download still works."""
+    from stallscope.analyzer.document.annotate import annotated_name
+
+    href = f"/api/traces/{entry.id}/annotated"
+    name = annotated_name(entry.name)
+    data: dict[str, Any] = {
+        "data-href": href,
+        "data-title": entry.name,
+        "data-file": name,
+        "data-origin": PERFETTO_UI,
+    }
+    return html.Div(
+        [
+            html.H2("Open it in Perfetto"),
+            html.P(
+                "The trace with the critical path, idle gaps, syncs, findings and waited-for arrows as"
+                " extra tracks. Open the file in ui.perfetto.dev (Open trace file) or chrome://tracing (Load).",
+                className="muted",
+            ),
+            html.Div(
+                [
+                    html.A(
+                        "Download annotated trace",
+                        id=Ids.ANNOTATED.value,
+                        href=href,
+                        download=name,
+                        className="ss-button",
+                    ),
+                    html.Button(
+                        "Open in Perfetto UI",
+                        id=Ids.OPEN_PERFETTO.value,
+                        title="Opens ui.perfetto.dev in a new tab and hands it the annotated trace",
+                        **data,
+                    ),
+                    html.Span("", id=Ids.PERFETTO_STATUS.value, className="muted"),
+                ],
+                className="ss-actions",
+            ),
+        ],
+        className="ss-panel",
+    )
 
 
 def headline(doc: Doc) -> list[tuple[str, str]]:
@@ -119,6 +172,7 @@ def layout(services: Services, entry: Entry) -> html.Div:
                 className="ss-panel",
             ),
             findings_list(doc),
+            perfetto_panel(entry),
             _top_ops_panel(entry, doc) if verdict["cpu_only"] else None,
             html.Div(
                 [html.H2("Where the time went"), html.Div(graphs, className="ss-grid2")], className="ss-panel"

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from stallscope import __version__
 from stallscope.analyzer.core.errors import StallscopeError
-from stallscope.commands import analyze, check, dashboard, diff, profile, report, upload
+from stallscope.commands import analyze, annotate, check, dashboard, diff, profile, report, upload
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,12 @@ COMMANDS: tuple[Command, ...] = (
         profile.run,
     ),
     Command("report", "write a standalone HTML report of a trace", report.configure, report.run),
+    Command(
+        "annotate",
+        "write the trace with the analysis as extra tracks, for Perfetto UI or chrome://tracing",
+        annotate.configure,
+        annotate.run,
+    ),
     Command(
         "diff",
         "compare two runs (before, after): wall, verdict, steps, syncs, ops, what-if",
