@@ -89,7 +89,9 @@ def claim_link(trace_id: str, claim_id: str) -> str:
     return f"/trace/{trace_id}/timeline?claim={claim_id}"
 
 
-def claim_view(services: Services, trace_id: str, view: dict[str, Any], claim_id: str | None) -> dict[str, Any]:
+def claim_view(
+    services: Services, trace_id: str, view: dict[str, Any], claim_id: str | None
+) -> dict[str, Any]:
     """``view`` opened at the claim ``claim_id`` names (its range with a margin), or unchanged when it
     names nothing."""
     if not claim_id:

@@ -336,7 +336,9 @@ def register(app: Dash, services: Services) -> None:
     def syncs(
         kinds: list[str] | None, avoidable: list[str] | None, min_wait: float | None, trace_id: str
     ) -> Any:
-        return _filtered(services, trace_id, lambda d: sync_rows(d, kinds, bool(avoidable), min_wait, trace_id))
+        return _filtered(
+            services, trace_id, lambda d: sync_rows(d, kinds, bool(avoidable), min_wait, trace_id)
+        )
 
     @app.callback(
         Output(Ids.GAP_TABLE.value, "data"),
