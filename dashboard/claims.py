@@ -3,7 +3,8 @@ critical-path segment, for the "show" links of the report and the dashboard.
 
 A claim is named by an id that both views can put in a link: ``finding-<n>`` (1-based, as listed),
 ``sync-<i>``, ``gap-<i>`` and ``segment-<i>`` (indices into the analysis' ``syncs``, ``gaps`` and the
-critical path's segments, the order of the JSON document). ``claim`` turns an id into the range to show
+critical path's segments, the order of the JSON document), and for a rank folder ``collective-<k>`` (the
+job document's costliest collectives, ``collectives.worst``: a straggler's evidence on this rank). ``claim`` turns an id into the range to show
 (with a margin) and the events to outline, as (row key, start, end) on the timeline's rows.
 
 Syncs, gaps and segments carry their own times. A finding does not (``Finding`` has no time range), so it
@@ -14,7 +15,9 @@ anything else by the syncs or gaps at its call site, or else the whole window.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -46,8 +49,9 @@ class Claim:
         return max(lo, self.start_us - pad), min(hi, self.end_us + pad)
 
 
-def claim(a: Analysis, claim_id: str) -> Claim | None:
-    """The claim an id names, or None for an id that names nothing in this analysis."""
+def claim(a: Analysis, claim_id: str, job: Mapping[str, Any] | None = None) -> Claim | None:
+    """The claim an id names, or None for an id that names nothing in this analysis. ``collective-<k>``
+    (the job document's ``collectives.worst[k]``) needs ``job``, the job document of a rank folder."""
     what, _, num = claim_id.partition("-")
     if not num.isdigit():
         return None
@@ -61,7 +65,35 @@ def claim(a: Analysis, claim_id: str) -> Claim | None:
         return _gap(a, specs, claim_id, i)
     if what == "segment" and a.critical is not None and 0 <= i < len(a.critical.kind):
         return _segment(a, specs, claim_id, i)
+    worst = (job or {}).get("collectives", {}).get("worst") or []
+    if what == "collective" and 0 <= i < len(worst):
+        return collective(a, claim_id, worst[i], (job or {}).get("clock_offsets_us") or {})
     return None
+
+
+def collective(
+    a: Analysis, cid: str, inst: Mapping[str, Any], offsets_us: Mapping[str, float]
+) -> Claim | None:
+    """A collective of a job (an entry of the job document's ``collectives.worst``) on this rank's timeline:
+    from the first rank's arrival to its end (the job's aligned clock moved to this rank's by its offset),
+    this rank's collective kernel outlined; the note names the straggler. None when this rank is not in it."""
+    rank = a.model.rank
+    mine = next((x for x in inst.get("arrivals") or () if x["rank"] == rank), None)
+    if mine is None:
+        return None
+    off = float(offsets_us.get(str(rank), 0.0))
+    start, end, arrive = inst["first_arrival_us"] + off, inst["end_us"] + off, mine["arrive_us"] + off
+    ev = a.model.events
+    near = ev.overlapping(arrive - 1.0, arrive + 1.0)
+    near = near[of_kind(ev.kind[near], *ACTIVITY_KINDS)]
+    marks: list[Mark] = []
+    if len(near):
+        kernel = int(near[np.argmin(np.abs(ev.ts[near] - arrive))])
+        marks = _events(a, frame(a.model, a), np.array([kernel], dtype=np.int64))
+    last = int(inst["straggler"])
+    who = "this rank was last" if last == rank else f"rank {last} was last"
+    note = f"{inst['name']} #{inst['number']}: {who}, {inst['late_us'] / 1000:.3f} ms late; this rank waited {mine['wait_us'] / 1000:.3f} ms"
+    return Claim(cid, start, max(end, start), tuple(marks), note)
 
 
 def claims(a: Analysis, ids: list[str]) -> dict[str, Claim]:

@@ -90,7 +90,8 @@ def render(
     say("report: drawing the timeline")
     frame_fig, columns, _sl = report_timeline.timeline_doc(analysis, origin_name="window")
     syncs = _sync_groups(doc, opts.max_sync_rows)
-    evidence = _evidence(analysis, doc, syncs)
+    job_doc = job_json(job) if job is not None else None
+    evidence = _evidence(analysis, doc, syncs, job_doc)
     say("report: drawing the charts")
     figures = {
         "idle": _fig(charts.idle_by_cause(doc)),
@@ -98,7 +99,6 @@ def render(
         "steps": _fig(charts.steps_stacked(doc)) if doc["devices"] else None,  # busy/idle needs a device
         "pipeline": _fig(charts.pipeline(doc)),
     }
-    job_doc = job_json(job) if job is not None else None
     if job_doc is not None:
         figures.update(job_report.skew_figures(job_doc))
     context = {
@@ -239,10 +239,15 @@ def _timeline_views(a: Analysis) -> list[Doc]:
     return out
 
 
-def _evidence(a: Analysis, doc: Doc, syncs: Doc) -> Doc:
+def _evidence(a: Analysis, doc: Doc, syncs: Doc, job: Doc | None) -> Doc:
     """The claims the page's "show" links open (every finding, every listed sync group, the longest gaps
-    and critical-path segments) and the rows of the gap and segment tables."""
+    and critical-path segments, a job's costliest collectives on this rank) and the rows of the gap and
+    segment tables."""
     out: dict[str, Doc] = {}
+    for k in range(len(job["collectives"]["worst"]) if job else 0):
+        c = claims.claim(a, f"collective-{k}", job)
+        if c is not None:
+            out[c.id] = report_timeline.claim_doc(a, c)
     for i in range(1, len(doc["findings"]) + 1):
         c = claims.claim(a, f"finding-{i}")
         if c is not None:

@@ -56,7 +56,7 @@ def next_view(
     axis is in ms from the window's start (``lo``), whatever the zoom."""
     lo, hi = view["lo"], view["hi"]
     if trigger == Ids.RESET.value:  # also drops a claim's outlines
-        return {k: v for k, v in view.items() if k != "claim"} | {"start": lo, "end": hi}
+        return {k: v for k, v in view.items() if k not in _CLAIM_KEYS} | {"start": lo, "end": hi}
     if trigger == Ids.ZOOM_OUT.value:
         mid, half = (view["start"] + view["end"]) / 2, (view["end"] - view["start"])
         return _clamp(view, mid - half, mid + half)
@@ -84,23 +84,28 @@ def _clamp(view: dict[str, Any], start: float, end: float) -> dict[str, Any]:
     return {**view, "start": start, "end": end}
 
 
+_CLAIM_KEYS = ("claim", "note", "marks")
+
+
 def claim_link(trace_id: str, claim_id: str) -> str:
     """The URL of the timeline opened at a claim (``stallscope.dashboard.claims``)."""
     return f"/trace/{trace_id}/timeline?claim={claim_id}"
 
 
 def claim_view(
-    services: Services, trace_id: str, view: dict[str, Any], claim_id: str | None
+    services: Services, trace_id: str, view: dict[str, Any], claim_id: str | None, job: Doc | None = None
 ) -> dict[str, Any]:
-    """``view`` opened at the claim ``claim_id`` names (its range with a margin), or unchanged when it
-    names nothing."""
+    """``view`` opened at the claim ``claim_id`` names (its range with a margin; ``job``: the job document,
+    for a collective's claim), its outlines and note kept in the view for every later zoom; unchanged when
+    the id names nothing."""
     if not claim_id:
         return view
-    c = claims.claim(services.live.get(trace_id), claim_id)
+    c = claims.claim(services.live.get(trace_id), claim_id, job)
     if c is None:
         return view
     start, end = c.view(view["lo"], view["hi"])
-    return {**view, "start": start, "end": end, "claim": claim_id}
+    marks = [[k, s, e] for k, s, e in c.marks]
+    return {**view, "start": start, "end": end, "claim": claim_id, "note": c.note, "marks": marks}
 
 
 def draw(services: Services, trace_id: str, view: dict[str, Any]) -> tuple[Any, str]:
@@ -108,8 +113,7 @@ def draw(services: Services, trace_id: str, view: dict[str, Any]) -> tuple[Any, 
     claim in the view, its events outlined."""
     a = services.live.get(trace_id)
     sl = timeline.extract(a.model, a, view["start"], view["end"], MAX_ITEMS)
-    c = claims.claim(a, view["claim"]) if view.get("claim") else None
-    marks = c.marks if c is not None else ()
+    marks = [(str(k), float(s), float(e)) for k, s, e in view.get("marks") or ()]
     fig = timeline_figure.figure(sl, origin_us=view["lo"], origin_name="window", highlights=marks)
     fig.update_layout(uirevision=f"{view['start']}-{view['end']}")
     merged = ", short events merged" if sl.merged else ""
@@ -117,8 +121,9 @@ def draw(services: Services, trace_id: str, view: dict[str, Any]) -> tuple[Any, 
         f"showing {ms(view['start'] - view['lo'])} to {ms(view['end'] - view['lo'])} of {ms(view['hi'] - view['lo'])}"
         f" · {sl.items:,} items{merged} · drag to zoom, double-click to reset, click an item for details"
     )
-    if c is not None:
-        status = f"{view['claim']}{': ' + c.note if c.note else ''} (outlined) · {status}"
+    if view.get("claim"):
+        note = view.get("note") or ""
+        status = f"{view['claim']}{': ' + note if note else ''} (outlined) · {status}"
     return fig, status
 
 
@@ -219,7 +224,7 @@ def layout(services: Services, entry: Entry, claim_id: str | None = None) -> htm
         if not live.ready(entry.id, wait_s=1.0) and live.failure(entry.id) is None:
             return preparing(entry, doc)
     try:
-        view = claim_view(services, entry.id, view, claim_id)
+        view = claim_view(services, entry.id, view, claim_id, doc.get("job"))
         fig, status = draw(services, entry.id, view)
     except (StoreError, ValueError) as exc:
         return html.Div([trace_nav(entry, "/timeline"), message(str(exc))])
