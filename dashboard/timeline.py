@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 
 import numpy as np
@@ -124,7 +124,9 @@ class TimelineSlice:
     steps: tuple[tuple[str, float, float], ...]  # (name, start, end) of the steps overlapping the range
     merged: bool  # whether any row was merged or sampled (the figure says so)
     counters: tuple[CounterRow, ...] = ()  # counter series drawn below the rows
-    places: Mapping[int, tuple[str, float, float]] = ()  # type: ignore[assignment]  # partner -> (row, start, end)
+    places: Mapping[int, tuple[str, float, float]] = field(
+        default_factory=dict
+    )  # partner -> (row, start, end)
 
     @property
     def items(self) -> int:

@@ -454,6 +454,13 @@ def test_every_finding_sync_and_gap_links_to_its_evidence_on_the_timeline(
     assert new["claim"] == "gap-1" and [s for s in zoomed.layout.shapes if s.name == "highlight"]
     reset, plain, _s = explorer.on_view(services, item, explorer.Ids.RESET.value, None, new)
     assert "claim" not in plain and not [s for s in reset.layout.shapes if s.name == "highlight"]
+    # AND the timeline lists the longest critical-path segments, each a link to its own evidence
+    segments = find(opened, explorer.Ids.SEGMENTS.value)
+    cp = a.critical
+    assert cp is not None
+    links = [li.children[-1].href for li in segments.children[1].children]
+    longest = np.argsort(-(cp.end_us - cp.start_us), kind="stable")[: len(links)].tolist()
+    assert links == [f"/trace/{item}/timeline?claim=segment-{i}" for i in longest] and links
     # AND an id that names nothing opens the plain timeline
     plain_page = render(services, f"/trace/{item}/timeline", "?claim=gap-99999")
     assert "claim" not in find(plain_page, explorer.Ids.VIEW.value).data

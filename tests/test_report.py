@@ -9,6 +9,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from synth import library as sc
 from synth.trace import SynthTrace
@@ -379,3 +380,37 @@ def test_saving_card_never_says_none_above_a_finding_that_costs_time() -> None:
     a0 = replace(a, findings=a.findings[1:])
     _attrs, card0 = Page(report.render(a0, report.ReportOptions(cdn=True))).by_id("card-saving")
     assert card0.startswith("Best estimated saving none")
+
+
+def test_every_show_link_names_an_embedded_claim_and_the_tables_list_the_longest(
+    item_report: tuple[Analysis, str],
+) -> None:
+    from stallscope.dashboard import claims
+
+    a, text = item_report
+    page = Page(text)
+    embedded = page.json_script("claims-data")
+    links = [a_["data-claim"] for _t, a_, _x in page.elements if a_.get("class") == "show"]
+    assert links and set(links) <= set(embedded)
+    # every finding and every sync group has one
+    assert {f"finding-{i}" for i in range(1, len(a.findings) + 1)} <= set(links)
+    assert sum(1 for c in links if c.startswith("syncs-")) == len(
+        report._sync_groups(to_json(a), 200)["rows"]
+    )
+    # the gap table lists the longest gaps, the segment table the longest segments, each its own claim
+    longest_gaps = sorted(range(len(a.gaps)), key=lambda i: -a.gaps[i].dur_us)[: report.EVIDENCE_ROWS]
+    assert [c for c in links if c.startswith("gap-")] == [f"gap-{i}" for i in longest_gaps]
+    cp = a.critical
+    assert cp is not None
+    seg = np.argsort(-(cp.end_us - cp.start_us), kind="stable")[: report.EVIDENCE_ROWS].tolist()
+    assert [c for c in links if c.startswith("segment-")] == [f"segment-{i}" for i in seg]
+    # and each embedded claim is the claim's own range with its margin, in ms from the window's start
+    w = a.window
+    for cid in ("gap-" + str(longest_gaps[0]), f"segment-{seg[0]}"):
+        c = claims.claim(a, cid)
+        assert c is not None
+        lo, hi = c.view(w.start_us, w.end_us)
+        assert embedded[cid]["range"] == pytest.approx(
+            [(lo - w.start_us) / 1000, (hi - w.start_us) / 1000], abs=1e-5
+        )
+        assert len(embedded[cid]["marks"]) == len(c.marks)

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
+from stallscope.analyzer.passes.critical import Kind
 from stallscope.dashboard import claims, timeline, timeline_figure
 from stallscope.dashboard.pages.common import Doc, message, ms, trace_nav
 from stallscope.dashboard.services import Services
@@ -37,6 +38,7 @@ class Ids(str, Enum):
     PREPARING_TICK = "explorer-preparing-tick"
     PREPARING_TRACE = "explorer-preparing-trace"
     RANGE = "explorer-range"  # the relayouts that change the x range (not plotly's own autosize events)
+    SEGMENTS = "explorer-segments"
 
 
 def full_view(doc: Doc) -> dict[str, float]:
@@ -244,7 +246,35 @@ def layout(services: Services, entry: Entry, claim_id: str | None = None) -> htm
             dcc.Graph(id=Ids.GRAPH.value, figure=fig, config={"displaylogo": False, "scrollZoom": True}),
             dcc.Store(id=Ids.RANGE.value),
             html.Div(id=Ids.DETAILS.value, className="stallscope-details"),
+            segments_panel(services, entry),
         ]
+    )
+
+
+SEGMENTS_LISTED = 10
+
+
+def segments_panel(services: Services, entry: Entry) -> html.Div | None:
+    """The longest critical-path segments, each a link to its evidence (``?claim=segment-<i>``)."""
+    a = services.live.get(entry.id)
+    cp = a.critical
+    if cp is None or not len(cp.kind):
+        return None
+    kinds = [k.value for k in Kind]
+    w0 = a.window.start_us
+    items = []
+    for i in np.argsort(-(cp.end_us - cp.start_us), kind="stable")[:SEGMENTS_LISTED].tolist():
+        event = int(cp.event[i])
+        what = a.model.name_of(event) if event >= 0 else "host work between calls"
+        text = (
+            f"{kinds[int(cp.kind[i])]} {ms(float(cp.end_us[i] - cp.start_us[i]))} at "
+            f"{ms(float(cp.start_us[i]) - w0)} on {a.model.lanes[int(cp.lane[i])].label}: {what}"
+        )
+        items.append(html.Li([text, " ", dcc.Link("show", href=claim_link(entry.id, f"segment-{i}"))]))
+    return html.Div(
+        [html.H4("Longest critical-path segments"), html.Ol(items)],
+        id=Ids.SEGMENTS.value,
+        className="ss-panel",
     )
 
 
