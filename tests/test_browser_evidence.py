@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 from _browser import Browser, start_browser
 from synth import library as sc
@@ -128,6 +129,25 @@ def test_zooming_the_report_timeline_splits_merged_blocks(clean: Browser, tmp_pa
     sl = extract(a.model, a, step.start_us, step.start_us + step.dur_us, max_items_per_lane=10**6)
     stream = next(r for r in sl.rows if r.key.startswith("stream:"))
     assert merged == 0 and drawn == stream.items.color.count("kernel") >= 60
+    # AND a click on a kernel outlines the call that launched it, with a line from the kernel to it
+    link = clean.js(
+        """
+        const d = document.getElementById('timeline-0');
+        const c = d.data.findIndex(t => t.name === 'kernel'), t = d.data[c];
+        d.emit('plotly_click', {points: [{data: t, curveNumber: c, pointNumber: 0, customdata: t.customdata[0],
+                                          base: t.base[0], x: t.x[0], y: t.y[0]}]});
+        return [t.base[0], t.y[0], (d.layout.shapes || []).filter(s => s.name === 'link')];"""
+    )
+    base, row, shapes = link
+    k = int(np.flatnonzero(np.isclose(stream.items.start_us, a.window.start_us + base * 1000))[0])
+    launch = int(stream.items.partner[k])
+    assert launch == int(a.model.events.launch[int(stream.items.event[k])]) >= 0
+    rows = clean.js("return JSON.parse(document.getElementById('timeline-0-columns').textContent).rows")
+    line, box = shapes
+    assert line["y0"] == row and line["y1"] == rows.index(sl.places[launch][0])
+    w0 = a.window.start_us
+    assert box["x0"] == pytest.approx((a.model.events.ts[launch] - w0) / 1000, abs=1e-4)
+    assert box["x1"] == pytest.approx((a.model.events.end[launch] - w0) / 1000, abs=1e-4)
     assert clean.console_errors() == []
 
 
