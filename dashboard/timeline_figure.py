@@ -225,9 +225,9 @@ def _add_syncs(fig: go.Figure, sl: TimelineSlice, ypos: dict[str, int], origin: 
     )
 
 
-def height(rows: int, traces: int, title: bool) -> int:
-    """Figure height: rows, the axis and title above, and the legend below (it wraps on a narrow page)."""
-    return max(160, (128 if title else 110) + ROW_PX * rows + 22 * -(-traces // 4))
+def height(rows: int, traces: int) -> int:
+    """Figure height: rows, the heading and axis above, and the legend below (it wraps on a narrow page)."""
+    return max(160, 124 + ROW_PX * rows + 22 * -(-traces // 4))
 
 
 def _layout(fig: go.Figure, sl: TimelineSlice, title: str, origin: float, axis: str) -> None:
@@ -249,9 +249,7 @@ def _layout(fig: go.Figure, sl: TimelineSlice, title: str, origin: float, axis: 
     ]
     ticks = [tick(r.label, r.kind, r.depth, r.deepest) for r in sl.rows]
     ticks += [html.escape(clip(c.label, 60)) for c in sl.counters]
-    if sl.merged:
-        title += " (short events merged at this zoom)"
-    fig.update_layout(layout(title, axis, height(n, len(fig.data), bool(title))))
+    fig.update_layout(layout(title, axis, height(n, len(fig.data))))
     fig.update_layout(
         shapes=step_lines,
         xaxis={"range": [(sl.start_us - origin) / 1000, (sl.end_us - origin) / 1000]},
@@ -260,10 +258,11 @@ def _layout(fig: go.Figure, sl: TimelineSlice, title: str, origin: float, axis: 
 
 
 def layout(title: str, axis: str, fig_height: int) -> dict[str, object]:
-    """The timeline's layout without its rows: title, the axis' unit on its own line under it (an axis
-    title on the top side would share the title's line and overlap it on a narrow page), fonts, legend
-    below. The top margin holds the heading and the top axis' tick labels apart, so neither is cut."""
-    heading = f"{html.escape(title)}<br>" if title else ""
+    """The timeline's layout without its rows: a one-line heading (the title, then the axis' unit; an axis
+    title on the top side would overlap the tick labels, and plotly cuts the first line of a two-line
+    title anchored at the top in half), fonts, legend below. Whether short events are merged is said by
+    the page's status line, not the heading."""
+    heading = f"{html.escape(title)} · " if title else ""
     heading += f'<span style="font-size:11px">{html.escape(axis)}</span>'
     return {
         "title": {
@@ -278,7 +277,7 @@ def layout(title: str, axis: str, fig_height: int) -> dict[str, object]:
         "barmode": "overlay",
         "hovermode": "closest",
         "height": fig_height,
-        "margin": {"l": 10, "r": 10, "t": 78 if title else 58, "b": 40},
+        "margin": {"l": 10, "r": 10, "t": 58, "b": 40},
         "font": {"family": palette.FONT_FAMILY, "size": 12, "color": palette.TEXT},
         "plot_bgcolor": palette.BACKGROUND,
         "paper_bgcolor": palette.BACKGROUND,

@@ -116,6 +116,11 @@ def test_figure_draws_one_trace_per_colour_and_escapes_names(tmp_path: Path) -> 
     bars = sum(len(t.x) for t in fig.data if t.type == "bar")
     assert bars == sl.items
     assert "&lt;window&gt;" in fig.layout.title.text
+    # the heading is one line (plotly cuts the first of two lines of a title anchored at the top in half),
+    # also when events are merged (the page's status line says so)
+    assert "<br>" not in fig.layout.title.text and "ms from the start of the range" in fig.layout.title.text
+    merged = extract(a.model, a, a.window.start_us, a.window.end_us, max_items_per_lane=2)
+    assert merged.merged and "<br>" not in figure(merged, "t").layout.title.text
 
 
 def test_a_merged_item_tells_its_span_its_busy_time_and_its_longest_event_apart() -> None:
