@@ -90,7 +90,7 @@ def timeline_doc(a: Analysis, origin_name: str) -> tuple[Doc, Doc, timeline.Time
         for e, (k, s, end) in sl.places.items()
         if k in ypos
     }
-    empty = replace(sl, rows=tuple(replace(r, items=timeline._no_items(), events=0) for r in sl.rows))
+    empty = replace(sl, rows=tuple(replace(r, items=timeline.no_items(), events=0) for r in sl.rows))
     fig = json.loads(timeline_figure.figure(empty, origin_us=origin, origin_name=origin_name).to_json())
     doc = {
         "origin_us": origin,

@@ -74,7 +74,8 @@ class Items:
         return len(self.start_us)
 
 
-def _no_items() -> Items:
+def no_items() -> Items:
+    """An empty row's items (a row of the frame with nothing in the range)."""
     f, i = np.zeros(0, dtype=np.float64), np.zeros(0, dtype=np.int64)
     return Items(f, f, i, f, f, i, i, (), (), ())
 
@@ -296,7 +297,7 @@ def extract(
             on = lanes == spec.lane
             mask = on & {RowKind.OPS: depth == spec.depth, RowKind.API: api, RowKind.STREAM: act}[spec.kind]
             row = _event_row(model, spec.kind, idx[mask], blocking[mask], start_us, end_us, bins)
-        items = row.items if row is not None else _no_items()
+        items = row.items if row is not None else no_items()
         events = row.events if row is not None else 0
         rows.append(Row(spec.key, spec.label, spec.kind, spec.lane, events, items, spec.depth, spec.deepest))
     syncs = _sync_marks(analysis, {r.lane for r in rows if r.kind == RowKind.API}, start_us, end_us, bins)
