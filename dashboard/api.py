@@ -3,12 +3,8 @@
     POST   /api/traces                 multipart field ``file`` -> 201 {id, url, status}
     GET    /api/traces                 [{id, name, uploaded_at, size_bytes, status, summary, ...}]
     GET    /api/traces/<id>            one entry (status and progress while it is analysed)
-<<<<<<< HEAD
-    GET    /api/traces/<id>/analysis   the analysis JSON (schema stallscope.analysis/3)
-=======
     GET    /api/traces/<id>/analysis   the analysis JSON (schema stallscope.analysis/3)
     GET    /api/traces/<id>/annotated  the trace with the analysis as extra tracks (gzip), for Perfetto UI
->>>>>>> annotate
     DELETE /api/traces/<id>            204
 
 Every error is a JSON object ``{"error": "<one line>"}`` with a 4xx status (5xx only for a corrupt entry or

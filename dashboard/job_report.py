@@ -30,8 +30,8 @@ def job_context(job: Doc) -> Doc:
     """What the template's job section shows, and the skew figures (name -> figure JSON)."""
     return {
         "heatmaps": [heatmap(job, key) for key, _, _ in METRICS],
-        "findings": job["findings"],
-        "worst": job["collectives"]["worst"][:5],
+        "findings": [f | {"claim": straggler_claim(job, f["rank"])} for f in job["findings"]],
+        "worst": [i | {"claim": f"collective-{k}"} for k, i in enumerate(job["collectives"]["worst"][:5])],
         "whatif": job["whatif"],
         "ranks": job["ranks"],
         "failed": job["failed"],
@@ -42,6 +42,13 @@ def job_context(job: Doc) -> Doc:
         "residual": job["clock_residual_us"],
         "offsets": job["clock_offsets_us"],
     }
+
+
+def straggler_claim(job: Doc, rank: int) -> str | None:
+    """The claim (``stallscope.dashboard.claims``) of a straggler finding: the costliest collective that
+    ``rank`` was last at, or None."""
+    worst = job["collectives"]["worst"]
+    return next((f"collective-{k}" for k, i in enumerate(worst) if i["straggler"] == rank), None)
 
 
 def skew_figures(job: Doc) -> dict[str, Any]:

@@ -28,6 +28,7 @@ LAUNCH = "#8e6bbf"  # purple: launch/submission latency
 SYNC = "#d1495b"  # red: a blocking sync
 DEPENDENCY = "#a6761d"  # brown: waiting on another stream / a collective
 IDLE = "#c3c8cf"  # light grey: nothing running
+IDLE_FILL = "#f6f7f9"  # the timeline's idle gaps: almost the background, hatched in the cause's colour
 UNKNOWN = "#8a919b"  # grey: not explained
 COMMUNICATION = "#cc79a7"  # reddish purple: collectives (NCCL/RCCL), transfer or waiting for other ranks
 UNTRACED = "#d9cbb4"  # pale sand: host time the trace does not show

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import numpy as np
 import plotly.graph_objects as go
 from markupsafe import Markup
 
@@ -30,8 +31,9 @@ from stallscope.analyzer.document.analysis import to_json
 from stallscope.analyzer.document.job import job_json
 from stallscope.analyzer.findings.latent import UNMEASURED, measured
 from stallscope.analyzer.job.result import JobAnalysis
+from stallscope.analyzer.passes.critical import Kind
 from stallscope.analyzer.passes.verdict import SENTENCE
-from stallscope.dashboard import charts, job_report, palette, timeline
+from stallscope.dashboard import charts, claims, job_report, palette, report_timeline, timeline
 from stallscope.dashboard.headline import SCENARIO_LABELS, best_saving, cpu_only
 
 Progress = Callable[[str], None]
@@ -39,6 +41,8 @@ Doc = dict[str, Any]
 
 _SCENARIOS = SCENARIO_LABELS
 _VENDORED = Path(__file__).resolve().parent / "vendor" / "plotly-basic.min.js"
+_TIMELINE_JS = Path(__file__).resolve().parent / "pages" / "assets" / "timeline.js"
+EVIDENCE_ROWS = 20  # the longest gaps and critical-path segments listed under the timeline
 #: trace types the vendored plotly.js bundle draws ("basic": scatter, bar, pie); figures use only these
 BUNDLE_TRACE_TYPES = frozenset({"scatter", "bar", "pie"})
 _PLOT_CONFIG = {"displaylogo": False, "responsive": True, "modeBarButtonsToRemove": ["select2d", "lasso2d"]}
@@ -77,17 +81,11 @@ def render(
     say = progress or (lambda _msg: None)
     say("report: collecting the analysis")
     doc = _analysis_json(analysis)
-    say("report: drawing the timelines")
-    timelines = [
-        {
-            "id": f"timeline-{i}",
-            "title": title,
-            # the title is the section's own heading (it wraps on a narrow page; inside the figure it would
-            # crowd the axis)
-            "figure": _fig(timeline.figure(sl, origin_name="step" if analysis.steps else "window")),
-        }
-        for i, (title, sl) in enumerate(_timeline_slices(analysis, opts.max_items_per_lane))
-    ]
+    say("report: drawing the timeline")
+    frame_fig, columns, _sl = report_timeline.timeline_doc(analysis, origin_name="window")
+    syncs = _sync_groups(doc, opts.max_sync_rows)
+    job_doc = job_json(job) if job is not None else None
+    evidence = _evidence(analysis, doc, syncs, job_doc)
     say("report: drawing the charts")
     figures = {
         "idle": _fig(charts.idle_by_cause(doc)),
@@ -95,7 +93,6 @@ def render(
         "steps": _fig(charts.steps_stacked(doc)) if doc["devices"] else None,  # busy/idle needs a device
         "pipeline": _fig(charts.pipeline(doc)),
     }
-    job_doc = job_json(job) if job is not None else None
     if job_doc is not None:
         figures.update(job_report.skew_figures(job_doc))
     context = {
@@ -104,12 +101,20 @@ def render(
         "summary_doc": _summary_doc(doc),
         "verdict": verdict_doc(doc),
         "findings": findings_doc(doc),
-        "syncs": _sync_groups(doc, opts.max_sync_rows),
+        "syncs": syncs,
         "tops": _tops(doc),
         "whatif": _whatif(analysis, doc),
         "pipeline": doc["pipeline"],
         "source": _source(analysis, doc, opts),
-        "timelines": timelines,
+        "timeline": {
+            "figure": frame_fig,
+            "columns": columns,
+            "views": _timeline_views(analysis),
+            "gaps": evidence["gaps"],
+            "segments": evidence["segments"],
+        },
+        "claims": evidence["claims"],
+        "timeline_js": _timeline_js(),
         "job": job_report.job_context(job_doc) if job_doc is not None else None,
         "figures": figures,
         "plot_config": _PLOT_CONFIG,
@@ -191,28 +196,103 @@ def _fig(fig: go.Figure | None) -> Any:
     return None if fig is None else json.loads(fig.to_json())
 
 
-def _timeline_slices(a: Analysis, max_items: int) -> list[tuple[str, timeline.TimelineSlice]]:
-    """A representative step (median duration) and the worst (longest); without steps, the window."""
-    m = a.model
-    if not a.steps:
-        return [
-            (
-                "Timeline of the whole trace (no profiled steps)",
-                timeline.extract(m, a, a.window.start_us, a.window.end_us, max_items),
+def _timeline_views(a: Analysis) -> list[Doc]:
+    """The ranges the timeline's buttons open (ms from the window's start): the representative step
+    (median duration, opened first), the worst (longest) and the whole window; without steps, the
+    window only."""
+    w = a.window
+
+    def view(label: str, start: float, end: float) -> Doc:
+        return {
+            "label": label,
+            "start": round((start - w.start_us) / 1000, 6),
+            "end": round((end - w.start_us) / 1000, 6),
+        }
+
+    out = []
+    if a.steps:
+        durs = [s.dur_us for s in a.steps]
+        rep = next(s for s in a.steps if s.dur_us == statistics.median_low(durs))
+        worst = max(a.steps, key=lambda s: s.dur_us)
+        out.append(
+            view(
+                f"representative step: {rep.name} ({ms(rep.dur_us)}, the median)",
+                rep.start_us,
+                rep.start_us + rep.dur_us,
             )
-        ]
-    durs = [s.dur_us for s in a.steps]
-    median = statistics.median_low(durs)
-    rep = next(s for s in a.steps if s.dur_us == median)
-    worst = max(a.steps, key=lambda s: s.dur_us)
-    picks = [(f"Representative step: {rep.name} ({ms(rep.dur_us)}, the median)", rep)]
-    if worst is not rep:
-        picks.append((f"Worst step: {worst.name} ({ms(worst.dur_us)}, the longest)", worst))
-    elif len(a.steps) == 1:
-        picks = [(f"The profiled step: {rep.name} ({ms(rep.dur_us)})", rep)]
-    return [
-        (title, timeline.extract(m, a, s.start_us, s.start_us + s.dur_us, max_items)) for title, s in picks
-    ]
+        )
+        if worst is not rep:
+            out.append(
+                view(
+                    f"worst step: {worst.name} ({ms(worst.dur_us)}, the longest)",
+                    worst.start_us,
+                    worst.start_us + worst.dur_us,
+                )
+            )
+    out.append(view(f"whole window ({ms(w.dur_us)})", w.start_us, w.end_us))
+    return out
+
+
+def _evidence(a: Analysis, doc: Doc, syncs: Doc, job: Doc | None) -> Doc:
+    """The claims the page's "show" links open (every finding, every listed sync group, the longest gaps
+    and critical-path segments, a job's costliest collectives on this rank) and the rows of the gap and
+    segment tables."""
+    out: dict[str, Doc] = {}
+    for k in range(len(job["collectives"]["worst"]) if job else 0):
+        c = claims.claim(a, f"collective-{k}", job)
+        if c is not None:
+            out[c.id] = report_timeline.claim_doc(a, c)
+    for i in range(1, len(doc["findings"]) + 1):
+        c = claims.claim(a, f"finding-{i}")
+        if c is not None:
+            out[c.id] = report_timeline.claim_doc(a, c)
+    for k, g in enumerate(syncs["rows"]):
+        g["claim"] = f"syncs-{k}"
+        out[g["claim"]] = report_timeline.claim_doc(a, claims.sync_group(a, g["claim"], g["ids"]))
+    t0 = a.window.start_us
+    gaps = []
+    for i in sorted(range(len(a.gaps)), key=lambda i: -a.gaps[i].dur_us)[:EVIDENCE_ROWS]:
+        g = a.gaps[i]
+        c = claims.claim(a, f"gap-{i}")
+        if c is not None:
+            out[c.id] = report_timeline.claim_doc(a, c)
+        gaps.append(
+            {
+                "claim": f"gap-{i}",
+                "device": g.device,
+                "at_us": g.start_us - t0,
+                "dur_us": g.dur_us,
+                "cause": g.cause.value,
+                "detail": g.detail,
+                "site": str(g.call_site) if g.call_site else "",
+            }
+        )
+    segments = []
+    cp = a.critical
+    if cp is not None:
+        kinds = [k.value for k in Kind]
+        for i in np.argsort(-(cp.end_us - cp.start_us), kind="stable")[:EVIDENCE_ROWS].tolist():
+            c = claims.claim(a, f"segment-{i}")
+            if c is not None:
+                out[c.id] = report_timeline.claim_doc(a, c)
+            event = int(cp.event[i])
+            segments.append(
+                {
+                    "claim": f"segment-{i}",
+                    "kind": kinds[int(cp.kind[i])],
+                    "at_us": float(cp.start_us[i]) - t0,
+                    "dur_us": float(cp.end_us[i] - cp.start_us[i]),
+                    "lane": a.model.lanes[int(cp.lane[i])].label,
+                    "what": a.model.name_of(event) if event >= 0 else "host work between calls",
+                }
+            )
+    return {"claims": out, "gaps": gaps, "segments": segments}
+
+
+@cache
+def _timeline_js() -> Markup:
+    """The timeline's script, shared with the dashboard (its assets folder serves the same file)."""
+    return Markup(_TIMELINE_JS.read_text(encoding="utf-8").replace("</script", "<\\/script"))
 
 
 def _analysis_json(a: Analysis) -> Doc:
@@ -352,7 +432,7 @@ def findings_doc(doc: Doc) -> list[Doc]:
 def _sync_groups(doc: Doc, limit: int) -> Doc:
     """Syncs grouped by (kind, call site, api, avoidable): count, total wait and bubble, costliest first."""
     groups: dict[tuple[str, str, str, bool], Doc] = {}
-    for s in doc["syncs"]:
+    for i, s in enumerate(doc["syncs"]):
         where = site_text(s["call_site"]) or (s["op"] or "")
         key = (s["kind"], where, s["api"], bool(s["avoidable"]))
         g = groups.setdefault(
@@ -366,8 +446,10 @@ def _sync_groups(doc: Doc, limit: int) -> Doc:
                 "count": 0,
                 "wait_us": 0.0,
                 "bubble_us": 0.0,
+                "ids": [],
             },
         )
+        g["ids"].append(i)
         g["count"] += 1
         g["wait_us"] += s["wait_us"]
         g["bubble_us"] += s["bubble_us"]

@@ -2,28 +2,32 @@
 cause and syncs, with level-of-detail merging so that a row never holds more items than a screen shows.
 
 ``extract`` is a pure function of the trace model, its ``Analysis`` and a range; the HTML report calls it
-for a step, and the dashboard calls it again on every zoom (server-side windowing). ``figure`` draws a
-``TimelineSlice`` with plotly. Nothing here re-derives analysis: the critical path, the gaps and their
-causes, the syncs and which calls blocked all come from the ``Analysis``; the model only supplies the
-events to draw.
+once for the whole window (its page merges again on every zoom), and the dashboard calls it again on every
+zoom (server-side windowing). ``stallscope.dashboard.timeline_figure`` draws a ``TimelineSlice`` with
+plotly. Nothing here re-derives analysis: the critical path, the gaps and their causes, the syncs and which
+calls blocked all come from the ``Analysis``; the model only supplies the events to draw.
+
+Rows are the same at every zoom (``frame``: the rows of the whole window, empty where the range has
+nothing), so a row never disappears or moves when zooming. A host thread's operators get one row per
+nesting depth (who called whom, as in Perfetto), up to ``MAX_DEPTH_ROWS``.
 
 Level of detail: a row with at most ``max_items_per_lane`` events is drawn as it is. Past that, the range
-is cut into ``max_items_per_lane`` bins. An event at least one bin long is kept
-as it is; shorter events of the same colour that start in the same bin become one merged item (its
-extent, its count, the name of its longest event), and consecutive items of one colour closer than
-half a bin join. A row therefore holds at most about twice ``max_items_per_lane`` items per colour,
-however many events the range has.
+is cut into ``max_items_per_lane`` bins. An event at least one bin long is kept as it is; shorter events of
+the same colour that start in the same bin become one merged item, and consecutive items of one colour
+closer than half a bin join. A merged item keeps its span, its count, the time its events were busy and its
+longest event, so its label can tell the three apart. A row therefore holds at most about twice
+``max_items_per_lane`` items per colour, however many events the range has.
 """
 
 from __future__ import annotations
 
-import html
-from dataclasses import dataclass
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from enum import Enum
 
 import numpy as np
 import numpy.typing as npt
-import plotly.graph_objects as go
 
 from stallscope.analyzer.analysis import Analysis
 from stallscope.analyzer.core.arrays import distinct
@@ -32,16 +36,16 @@ from stallscope.analyzer.core.names import ACTIVITY_KINDS, EventKind
 from stallscope.analyzer.core.sites import call_site
 from stallscope.analyzer.graph.dependency import Blocking
 from stallscope.analyzer.passes.critical import Kind
-from stallscope.dashboard import palette
-from stallscope.dashboard.counter_rows import CounterRow, add_counters, counter_rows
+from stallscope.dashboard.counter_rows import CounterRow, counter_rows
 
 DEFAULT_MAX_ITEMS = 400  # per row: one item per ~3 pixels of a laptop-width plot
+MAX_DEPTH_ROWS = 6  # operator rows per thread; deeper calls share the last one
 _MAX_ANCESTORS = 512  # the same bound the call-site walk uses
 
 
 class RowKind(str, Enum):
     CRITICAL = "critical"  # the critical path, coloured by segment kind
-    OPS = "ops"  # a host thread's outermost operators and annotations
+    OPS = "ops"  # a host thread's operators and annotations at one nesting depth
     API = "api"  # a host thread's CUDA/HIP runtime and driver calls
     STREAM = "stream"  # a device stream's kernels, copies and memsets
     GAPS = "gaps"  # a device's idle gaps, coloured by cause
@@ -50,11 +54,18 @@ class RowKind(str, Enum):
 @dataclass(frozen=True)
 class Items:
     """The drawable items of one row, in start order. ``count`` is 1 for a single event; a merged item
-    carries the number of events it stands for and the name and call site of its longest one."""
+    stands for ``count`` events: ``busy_us`` is the time they ran (at most the span ``end - start``),
+    ``longest_us``, ``event``, ``name`` and ``site`` are those of its longest one. ``partner`` is, for a
+    single launch call, the first device event it launched, and for a single device event its launch call
+    (-1 otherwise; ``TimelineSlice.places`` says where it is drawn)."""
 
     start_us: F64
     end_us: F64
     count: I64
+    busy_us: F64
+    longest_us: F64
+    event: I64  # model event index (-1: a gap, a segment without an event)
+    partner: I64
     color: tuple[str, ...]  # palette key: an event kind, a gap cause or a critical-path kind
     name: tuple[str, ...]  # raw trace text: escape before display
     site: tuple[str, ...]  # "file:line in function", or ""
@@ -63,14 +74,34 @@ class Items:
         return len(self.start_us)
 
 
+def no_items() -> Items:
+    """An empty row's items (a row of the frame with nothing in the range)."""
+    f, i = np.zeros(0, dtype=np.float64), np.zeros(0, dtype=np.int64)
+    return Items(f, f, i, f, f, i, i, (), (), ())
+
+
 @dataclass(frozen=True)
-class Row:
-    key: str  # unique within a slice, stable across slices of one trace ("ops:3", "gaps:0")
+class RowSpec:
+    """A row of the timeline, whatever the range: ``frame`` lists them for a whole window."""
+
+    key: str  # unique within a trace ("ops:3:0", "api:3", "stream:6", "gaps:0", "critical")
     label: str  # raw trace text (thread names): escape before display
     kind: RowKind
     lane: int  # model lane, or the device id for GAPS, -1 for CRITICAL
+    depth: int = 0  # OPS: nesting depth (the last row also holds everything deeper)
+    deepest: bool = False  # OPS: the last row of its thread, holding deeper calls too
+
+
+@dataclass(frozen=True)
+class Row:
+    key: str
+    label: str
+    kind: RowKind
+    lane: int
     events: int  # events of the range before merging
     items: Items
+    depth: int = 0
+    deepest: bool = False
 
 
 @dataclass(frozen=True)
@@ -94,10 +125,146 @@ class TimelineSlice:
     steps: tuple[tuple[str, float, float], ...]  # (name, start, end) of the steps overlapping the range
     merged: bool  # whether any row was merged or sampled (the figure says so)
     counters: tuple[CounterRow, ...] = ()  # counter series drawn below the rows
+    places: Mapping[int, tuple[str, float, float]] = field(
+        default_factory=dict
+    )  # partner -> (row, start, end)
 
     @property
     def items(self) -> int:
         return sum(len(r.items) for r in self.rows)
+
+
+_PLURAL = {
+    "kernel": "kernels",
+    "memcpy": "copies",
+    "memset": "memsets",
+    "cpu_op": "ops",
+    "annotation": "annotations",
+    "launch_call": "API calls",
+    "sync_call": "blocking calls",
+}
+
+
+def plural(row: RowKind, key: str) -> str:
+    """What many items of ``key`` in a row of ``row`` are called ("kernels", "gaps", "segments")."""
+    if row == RowKind.GAPS:
+        return f"gaps ({key})"
+    if row == RowKind.CRITICAL:
+        return f"{key} segments"
+    return _PLURAL.get(key, f"{key} items")
+
+
+def fmt_us(us: float) -> str:
+    return f"{us / 1000:.2f} ms" if us >= 1000 else f"{us:.1f} µs"
+
+
+def describe(row: RowKind, items: Items, i: int) -> str:
+    """One item's label, plain text: the event's name, or for a merged item how many events, its span,
+    the time they were busy (and the share of the span) and the longest event, each apart."""
+    n = int(items.count[i])
+    if n == 1:
+        return items.name[i]
+    span = float(items.end_us[i] - items.start_us[i])
+    busy = float(items.busy_us[i])
+    share = f" ({busy / span:.0%})" if span > 0 else ""
+    return (
+        f"{n} {plural(row, items.color[i])}: span {fmt_us(span)}, busy {fmt_us(busy)}{share}, "
+        f"longest {fmt_us(float(items.longest_us[i]))}: {items.name[i]}"
+    )
+
+
+def _step_events(model: TraceModel) -> I64:
+    return np.array([s.event for s in model.steps], dtype=np.int64)
+
+
+def op_depths(model: TraceModel, events: I64) -> I64:
+    """Nesting depth of each of ``events`` among its thread's operators and annotations (the profiler's
+    step annotations and python frames do not count): 0 for an outermost one, 1 for one called by it, ...;
+    -1 for an event that is not an operator or annotation."""
+    ev = model.events
+    steps = _step_events(model)
+
+    def is_op(e: I64) -> Mask:
+        return of_kind(ev.kind[e], EventKind.CPU_OP, EventKind.ANNOTATION) & ~np.isin(e, steps)
+
+    ops = is_op(events)
+    depth = np.where(ops, 0, -1).astype(np.int64)
+    which = np.flatnonzero(ops)
+    anc = ev.parent[events[which]]
+    count = np.zeros(len(which), dtype=np.int64)
+    for _ in range(_MAX_ANCESTORS):
+        live = anc >= 0
+        if not live.any():
+            break
+        count[live] += is_op(anc[live])
+        anc = np.where(live, ev.parent[np.maximum(anc, 0)], -1)
+    depth[which] = count
+    return depth
+
+
+_FRAMES: dict[int, tuple[weakref.ref[Analysis], tuple[RowSpec, ...]]] = {}
+
+
+def frame(model: TraceModel, analysis: Analysis) -> tuple[RowSpec, ...]:
+    """The rows of the analysis' window, top to bottom: the critical path, per host thread its operator
+    rows (one per depth) and its API row, per device its streams and its gaps. Rows without anything in
+    the window are left out. Computed once per analysis (a pass over the window's events)."""
+    key = id(analysis)
+    hit = _FRAMES.get(key)
+    if hit is not None and hit[0]() is analysis:
+        return hit[1]
+    specs = _frame(model, analysis)
+    _FRAMES[key] = (weakref.ref(analysis, lambda _r: _FRAMES.pop(key, None)), specs)
+    return specs
+
+
+def _frame(model: TraceModel, analysis: Analysis) -> tuple[RowSpec, ...]:
+    ev = model.events
+    idx = ev.overlapping(analysis.window.start_us, analysis.window.end_us)
+    kind, lanes = ev.kind[idx], ev.lane[idx]
+    depth = op_depths(model, idx)
+    api = of_kind(kind, EventKind.RUNTIME, EventKind.DRIVER)
+    act = of_kind(kind, *ACTIVITY_KINDS)
+    out: list[RowSpec] = []
+    cp = analysis.critical
+    if cp is not None and len(cp.kind):
+        out.append(RowSpec("critical", "critical path", RowKind.CRITICAL, -1))
+    for lane in model.lanes:
+        if lane.kind != LaneKind.HOST:
+            continue
+        on = lanes == lane.id
+        deepest = int(depth[on].max(initial=-1))
+        rows = min(deepest + 1, MAX_DEPTH_ROWS)
+        for d in range(rows):
+            last = d == rows - 1 and deepest >= MAX_DEPTH_ROWS
+            out.append(RowSpec(f"ops:{lane.id}:{d}", lane.label, RowKind.OPS, lane.id, d, last))
+        if (api & on).any():
+            out.append(RowSpec(f"api:{lane.id}", lane.label, RowKind.API, lane.id))
+    for device in model.devices:
+        for lane in model.lanes:
+            if lane.kind == LaneKind.STREAM and lane.device == device.id and (act & (lanes == lane.id)).any():
+                out.append(RowSpec(f"stream:{lane.id}", lane.label, RowKind.STREAM, lane.id))
+        if any(g.device == device.id for g in analysis.gaps):
+            out.append(RowSpec(f"gaps:{device.id}", f"GPU {device.id} idle", RowKind.GAPS, device.id))
+    return tuple(out)
+
+
+def row_of(model: TraceModel, specs: tuple[RowSpec, ...], events: I64) -> list[str]:
+    """The key of the row each of ``events`` is drawn in ("" for an event no row shows)."""
+    ev = model.events
+    keys = {s.key for s in specs}
+    depth = op_depths(model, events)
+    out = []
+    for e, d in zip(events.tolist(), depth.tolist(), strict=True):
+        lane, k = int(ev.lane[e]), EventKind(int(ev.kind[e]))
+        if d >= 0:
+            key = f"ops:{lane}:{min(d, MAX_DEPTH_ROWS - 1)}"
+        elif k in (EventKind.RUNTIME, EventKind.DRIVER):
+            key = f"api:{lane}"
+        else:
+            key = f"stream:{lane}"
+        out.append(key if key in keys else "")
+    return out
 
 
 def extract(
@@ -107,9 +274,8 @@ def extract(
     end_us: float,
     max_items_per_lane: int = DEFAULT_MAX_ITEMS,
 ) -> TimelineSlice:
-    """Everything the timeline draws between ``start_us`` and ``end_us``: a critical-path row, per host
-    thread an operator row and an API row, per device its streams and a gaps row, and the syncs. Rows
-    without events in the range are left out. ``max_items_per_lane`` bounds the merging bins."""
+    """Everything the timeline draws between ``start_us`` and ``end_us``: the rows of ``frame`` (empty
+    where the range has nothing) and the syncs. ``max_items_per_lane`` bounds the merging bins."""
     if not end_us > start_us:
         raise ValueError(f"empty range {start_us}..{end_us}")
     bins = max(int(max_items_per_lane), 1)
@@ -117,42 +283,23 @@ def extract(
     idx = ev.overlapping(start_us, end_us)  # the range's events: nothing below scans the whole table
     kind, lanes = ev.kind[idx], ev.lane[idx]
     blocking = _blocking_events(analysis, idx)
-    rows: list[Row] = []
-    crit = _critical_row(model, analysis, start_us, end_us, bins)
-    if crit is not None:
-        rows.append(crit)
-    outer = _outermost_ops(model, idx)
+    depth = np.minimum(op_depths(model, idx), MAX_DEPTH_ROWS - 1)
     api = of_kind(kind, EventKind.RUNTIME, EventKind.DRIVER)
     act = of_kind(kind, *ACTIVITY_KINDS)
-    for lane in model.lanes:
-        if lane.kind == LaneKind.HOST:
-            on = lanes == lane.id
-            for row_kind, mask in ((RowKind.OPS, outer & on), (RowKind.API, api & on)):
-                row = _event_row(
-                    model, row_kind, lane.id, lane.label, idx[mask], blocking[mask], start_us, end_us, bins
-                )
-                if row is not None:
-                    rows.append(row)
-    for device in model.devices:
-        for lane in model.lanes:
-            if lane.kind == LaneKind.STREAM and lane.device == device.id:
-                mask = act & (lanes == lane.id)
-                row = _event_row(
-                    model,
-                    RowKind.STREAM,
-                    lane.id,
-                    lane.label,
-                    idx[mask],
-                    blocking[mask],
-                    start_us,
-                    end_us,
-                    bins,
-                )
-                if row is not None:
-                    rows.append(row)
-        gaps = _gap_row(analysis, device.id, start_us, end_us, bins)
-        if gaps is not None:
-            rows.append(gaps)
+    rows: list[Row] = []
+    for spec in frame(model, analysis):
+        row: Row | None = None
+        if spec.kind == RowKind.CRITICAL:
+            row = _critical_row(model, analysis, start_us, end_us, bins)
+        elif spec.kind == RowKind.GAPS:
+            row = _gap_row(analysis, spec.lane, start_us, end_us, bins)
+        else:
+            on = lanes == spec.lane
+            mask = on & {RowKind.OPS: depth == spec.depth, RowKind.API: api, RowKind.STREAM: act}[spec.kind]
+            row = _event_row(model, spec.kind, idx[mask], blocking[mask], start_us, end_us, bins)
+        items = row.items if row is not None else no_items()
+        events = row.events if row is not None else 0
+        rows.append(Row(spec.key, spec.label, spec.kind, spec.lane, events, items, spec.depth, spec.deepest))
     syncs = _sync_marks(analysis, {r.lane for r in rows if r.kind == RowKind.API}, start_us, end_us, bins)
     steps = tuple(
         (st.name, st.start_us, st.end_us)
@@ -161,7 +308,24 @@ def extract(
     )
     merged = any(r.events > len(r.items) for r in rows)
     counters = counter_rows(model, start_us, end_us, bins)
-    return TimelineSlice(start_us, end_us, tuple(rows), syncs, steps, merged, counters)
+    places = _places(model, rows)
+    return TimelineSlice(start_us, end_us, tuple(rows), syncs, steps, merged, counters, places)
+
+
+def _places(model: TraceModel, rows: list[Row]) -> dict[int, tuple[str, float, float]]:
+    """Where each partner of the rows' single items is drawn: (row key, start, end)."""
+    partners = np.unique(np.concatenate([r.items.partner for r in rows] + [np.zeros(0, dtype=np.int64)]))
+    partners = partners[partners >= 0]
+    if not len(partners):
+        return {}
+    ev = model.events
+    specs = tuple(RowSpec(r.key, r.label, r.kind, r.lane, r.depth) for r in rows)
+    keys = row_of(model, specs, partners)
+    return {
+        int(e): (k, float(ev.ts[e]), float(ev.end[e]))
+        for e, k in zip(partners.tolist(), keys, strict=True)
+        if k
+    }
 
 
 def _sync_marks(
@@ -171,7 +335,7 @@ def _sync_marks(
     waits."""
     marks = [
         SyncMark(
-            f"api:{s.thread}" if s.thread in api_lanes else f"ops:{s.thread}",
+            f"api:{s.thread}" if s.thread in api_lanes else f"ops:{s.thread}:0",
             s.start_us,
             s.wait_us,
             s.bubble_us,
@@ -200,35 +364,26 @@ def _blocking_events(analysis: Analysis, idx: I64) -> Mask:
     return out
 
 
-def _outermost_ops(model: TraceModel, idx: I64) -> Mask:
-    """Which of the events ``idx`` are operators and annotations (steps excluded) with no operator or
-    annotation above them on their thread: they never overlap one another, so a thread's operator row is
-    one level deep."""
+def _launched(model: TraceModel, calls: I64) -> I64:
+    """For each launch call of ``calls``, the first device event it launched (-1: none in the trace)."""
     ev = model.events
-    steps = np.array([s.event for s in model.steps], dtype=np.int64)
-    ops = of_kind(ev.kind[idx], EventKind.CPU_OP, EventKind.ANNOTATION) & ~np.isin(idx, steps)
-    which = np.flatnonzero(ops)
-    anc = ev.parent[idx[which]]
-    covered = np.zeros(len(which), dtype=np.bool_)
-    for _ in range(_MAX_ANCESTORS):
-        live = anc >= 0
-        if not live.any():
-            break
-        hit = np.zeros(len(which), dtype=np.bool_)
-        up = anc[live]
-        hit[live] = of_kind(ev.kind[up], EventKind.CPU_OP, EventKind.ANNOTATION) & ~np.isin(up, steps)
-        covered |= hit
-        anc = np.where(live & ~hit, ev.parent[np.maximum(anc, 0)], -1)
-    out = np.zeros(len(idx), dtype=np.bool_)
-    out[which[~covered]] = True
+    out = np.full(len(calls), -1, dtype=np.int64)
+    if not len(calls):
+        return out
+    order = np.argsort(calls)
+    device = np.flatnonzero(np.isin(ev.launch, calls) & of_kind(ev.kind, *ACTIVITY_KINDS))
+    if not len(device):
+        return out
+    device = device[np.argsort(ev.ts[device], kind="stable")]
+    first_of, first = np.unique(ev.launch[device], return_index=True)  # earliest per call
+    at = np.searchsorted(calls[order], first_of)
+    out[order[at]] = device[first]
     return out
 
 
 def _event_row(
     model: TraceModel,
     kind: RowKind,
-    lane: int,
-    label: str,
     idx: I64,
     blocking: Mask,
     start_us: float,
@@ -243,17 +398,25 @@ def _event_row(
     s = np.maximum(ev.ts[idx], start_us)
     e = np.minimum(ev.end[idx], end_us)
     groups = lod(s, e, keys, start_us, end_us, bins)
-    names, sites, colors = [], [], []
-    for rep, n in zip(groups.rep.tolist(), groups.count.tolist(), strict=True):
-        event = int(idx[rep])
-        colors.append(keys[rep])
-        name = model.name_of(event)
-        names.append(name if n == 1 else f"{n} × {_plural(keys[rep])}, longest: {name}")
-        at = event if kind != RowKind.STREAM else int(ev.launch[event])
-        site = call_site(model, at) if at >= 0 else None
+    event = idx[groups.rep]
+    single = groups.count == 1
+    partner = np.full(len(event), -1, dtype=np.int64)
+    if kind == RowKind.STREAM:
+        partner[single] = ev.launch[event[single]]
+    elif kind == RowKind.API:
+        partner[single] = _launched(model, event[single])
+    names, sites = [], []
+    for at in event.tolist():
+        names.append(model.name_of(at))
+        where = at if kind != RowKind.STREAM else int(ev.launch[at])
+        site = call_site(model, where) if where >= 0 else None
         sites.append(str(site) if site else "")
-    items = Items(groups.start, groups.end, groups.count, tuple(colors), tuple(names), tuple(sites))
-    return Row(f"{kind.value}:{lane}", label, kind, lane, len(idx), items)
+    colors = tuple(keys[r] for r in groups.rep.tolist())
+    items = Items(
+        groups.start, groups.end, groups.count, groups.busy, groups.longest, event, partner, colors,
+        tuple(names), tuple(sites),
+    )  # fmt: skip
+    return Row("", "", kind, -1, len(idx), items)
 
 
 def _event_keys(kinds: npt.NDArray[np.int8], blocking: Mask, row: RowKind) -> list[str]:
@@ -261,18 +424,6 @@ def _event_keys(kinds: npt.NDArray[np.int8], blocking: Mask, row: RowKind) -> li
     if row == RowKind.API:
         return ["sync_call" if b else "launch_call" for b in blocking.tolist()]
     return [names[int(k)] for k in kinds.tolist()]
-
-
-def _plural(key: str) -> str:
-    return {
-        "kernel": "kernels",
-        "memcpy": "copies",
-        "memset": "memsets",
-        "cpu_op": "ops",
-        "annotation": "annotations",
-        "launch_call": "API calls",
-        "sync_call": "blocking calls",
-    }.get(key, f"{key} items")
 
 
 def _critical_row(
@@ -293,18 +444,22 @@ def _critical_row(
     s = np.maximum(cp.start_us[inside], start_us)
     e = np.minimum(cp.end_us[inside], end_us)
     groups = lod(s, e, keys, start_us, end_us, bins)
-    names, sites, colors = [], [], []
-    for rep, n in zip(groups.rep.tolist(), groups.count.tolist(), strict=True):
+    names, sites, colors, events = [], [], [], []
+    for rep in groups.rep.tolist():
         seg = int(inside[rep])
         event = int(cp.event[seg])
         lane = model.lanes[int(cp.lane[seg])].label
         what = model.name_of(event) if event >= 0 else "host work between calls"
-        name = f"{keys[rep]} on {lane}: {what}"
-        names.append(name if n == 1 else f"{n} segments, longest: {name}")
+        names.append(f"{keys[rep]} on {lane}: {what}")
         colors.append(keys[rep])
+        events.append(event)
         site = call_site(model, event) if event >= 0 else None
         sites.append(str(site) if site else "")
-    items = Items(groups.start, groups.end, groups.count, tuple(colors), tuple(names), tuple(sites))
+    none = np.full(len(events), -1, dtype=np.int64)
+    items = Items(
+        groups.start, groups.end, groups.count, groups.busy, groups.longest, np.array(events, dtype=np.int64),
+        none, tuple(colors), tuple(names), tuple(sites),
+    )  # fmt: skip
     return Row("critical", "critical path", RowKind.CRITICAL, -1, len(inside), items)
 
 
@@ -318,24 +473,30 @@ def _gap_row(analysis: Analysis, device: int, start_us: float, end_us: float, bi
     e = np.minimum(np.array([g.end_us for g in gaps]), end_us)
     groups = lod(s, e, keys, start_us, end_us, bins)
     names, sites, colors = [], [], []
-    for rep, n in zip(groups.rep.tolist(), groups.count.tolist(), strict=True):
+    for rep in groups.rep.tolist():
         g = gaps[rep]
-        name = f"idle ({g.cause.value}): {g.detail}" if g.detail else f"idle ({g.cause.value})"
-        names.append(name if n == 1 else f"{n} gaps, longest: {name}")
+        names.append(f"idle ({g.cause.value}): {g.detail}" if g.detail else f"idle ({g.cause.value})")
         colors.append(keys[rep])
         sites.append(str(g.call_site) if g.call_site else "")
-    items = Items(groups.start, groups.end, groups.count, tuple(colors), tuple(names), tuple(sites))
+    none = np.full(len(names), -1, dtype=np.int64)
+    items = Items(
+        groups.start, groups.end, groups.count, groups.busy, groups.longest, none, none, tuple(colors),
+        tuple(names), tuple(sites),
+    )  # fmt: skip
     return Row(f"gaps:{device}", f"GPU {device} idle", RowKind.GAPS, device, len(gaps), items)
 
 
 @dataclass(frozen=True)
 class Groups:
-    """Result of ``lod``: one entry per drawn item; ``rep`` indexes the longest input of each item."""
+    """Result of ``lod``: one entry per drawn item; ``rep`` indexes the longest input of each item,
+    ``busy`` sums its inputs' durations (at most its span), ``longest`` is its longest input's."""
 
     start: F64
     end: F64
     count: I64
     rep: I64
+    busy: F64
+    longest: F64
 
 
 def lod(start: F64, end: F64, keys: list[str], lo: float, hi: float, bins: int) -> Groups:
@@ -343,11 +504,11 @@ def lod(start: F64, end: F64, keys: list[str], lo: float, hi: float, bins: int) 
     key merge into one spanning them. A row of at most ``bins`` items is not merged at all: every
     event stays visible when zooming the static figure. Output is in start order."""
     n = len(start)
+    dur = end - start
     if n <= bins:
         order = np.argsort(start, kind="stable").astype(np.int64)
-        return Groups(start[order], end[order], np.ones(n, dtype=np.int64), order)
+        return Groups(start[order], end[order], np.ones(n, dtype=np.int64), order, dur[order], dur[order])
     width = (hi - lo) / bins
-    dur = end - start
     codes = {k: i for i, k in enumerate(sorted(set(keys)))}
     key = np.array([codes[k] for k in keys], dtype=np.int64)
     bucket = np.clip(((start - lo) // width).astype(np.int64), 0, bins - 1)
@@ -359,195 +520,32 @@ def lod(start: F64, end: F64, keys: list[str], lo: float, hi: float, bins: int) 
     first = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
     s = np.minimum.reduceat(start[order], first)
     e = np.maximum.reduceat(end[order], first)
+    busy = np.add.reduceat(dur[order], first)
     count = np.diff(np.r_[first, n]).astype(np.int64)
     rep = order[first].astype(np.int64)
-    by_start = np.argsort(s, kind="stable")
-    return _coalesce(Groups(s[by_start], e[by_start], count[by_start], rep[by_start]), key, dur, width / 2)
+    by = np.argsort(s, kind="stable")
+    merged = Groups(s[by], e[by], count[by], rep[by], busy[by], dur[rep[by]])
+    return _coalesce(merged, key, dur, width / 2)
 
 
 def _coalesce(g: Groups, key: I64, dur: F64, gap: float) -> Groups:
     """Join consecutive items of one key separated by less than ``gap`` (invisible at this zoom): a busy
     stream becomes a few long blocks instead of hundreds of touching ones, which the browser draws
-    faster. ``rep`` stays the longest input event."""
+    faster. ``rep`` stays the longest input event; the busy time adds up, capped at the span."""
     keep = np.ones(len(g.start), dtype=np.bool_)
-    end, count, rep = g.end.copy(), g.count.copy(), g.rep.copy()
+    end, count, rep, busy = g.end.copy(), g.count.copy(), g.rep.copy(), g.busy.copy()
     last = 0
     for i in range(1, len(g.start)):
         if key[rep[i]] == key[rep[last]] and g.start[i] - end[last] < gap:
             end[last] = max(end[last], end[i])
             count[last] += count[i]
+            busy[last] += busy[i]
             if dur[rep[i]] > dur[rep[last]]:
                 rep[last] = rep[i]
             keep[i] = False
         else:
             last = i
-    return Groups(g.start[keep], end[keep], count[keep], rep[keep])
-
-
-_ROW_PX = 26
-_BAR_HALF = 0.39  # half a row's height
-_LEGEND = {
-    **{k: f"critical: {k}" for k in palette.KINDS},
-    **{c: f"idle: {c}" for c in palette.CAUSES},
-    "kernel": "kernel",
-    "memcpy": "copy",
-    "memset": "memset",
-    "cpu_op": "host op",
-    "annotation": "annotation",
-    "launch_call": "runtime call",
-    "sync_call": "blocking call",
-}
-
-
-def _colour(row: RowKind, key: str) -> tuple[str, str]:
-    """(legend group, colour) of an item: critical and gap rows use the shared kind/cause colours."""
-    if row == RowKind.CRITICAL:
-        return f"critical: {key}", palette.kind_color(key)
-    if row == RowKind.GAPS:
-        return f"idle: {key}", palette.cause_color(key)
-    return _LEGEND.get(key, key), palette.event_color(key)
-
-
-def _clip(text: str, limit: int = 110) -> str:
-    """Shorten long text (C++ kernel names) in the middle so that a hover label fits a laptop screen."""
-    return text if len(text) <= limit else f"{text[: limit * 2 // 3]}…{text[-(limit // 3) :]}"
-
-
-def _hover(name: str, start: float, end: float, origin: float, site: str) -> str:
-    """Hover text; every trace string is HTML-escaped because plotly renders a subset of HTML in labels."""
-    text = f"<b>{html.escape(_clip(name))}</b><br>{_fmt_us(end - start)} at {(start - origin) / 1000:.3f} ms"
-    return text + (f"<br>{html.escape(_clip(site))}" if site else "")
-
-
-def _fmt_us(us: float) -> str:
-    return f"{us / 1000:.2f} ms" if us >= 1000 else f"{us:.1f} µs"
-
-
-def figure(
-    sl: TimelineSlice, title: str = "", origin_us: float | None = None, origin_name: str = "range"
-) -> go.Figure:
-    """Plotly figure of a slice: one horizontal bar trace per colour, rows top to bottom as extracted,
-    x in milliseconds from ``origin_us`` (default: the slice start; the explorer passes the window's start,
-    so a zoomed view keeps absolute times), named "ms from the start of the {origin_name}" under the title;
-    syncs as markers, steps as dotted boundaries. Each bar costs
-    the browser an SVG element: the item budget of ``extract`` is what keeps a big report quick to open
-    (filled polygons draw no faster in plotly once they carry hover points)."""
-    origin = sl.start_us if origin_us is None else origin_us
-    ypos = {r.key: i for i, r in enumerate(sl.rows)}
-    traces: dict[str, dict[str, list[object]]] = {}
-    colours: dict[str, str] = {}
-    for r in sl.rows:
-        it = r.items
-        for s, e, key, name, site in zip(
-            it.start_us.tolist(), it.end_us.tolist(), it.color, it.name, it.site, strict=True
-        ):
-            group, colour = _colour(r.kind, key)
-            colours[group] = colour
-            t = traces.setdefault(group, {"x": [], "base": [], "y": [], "text": []})
-            t["x"].append(round(max(e - s, 0.0) / 1000, 6))
-            t["base"].append(round((s - origin) / 1000, 6))
-            t["y"].append(ypos[r.key])
-            t["text"].append(_hover(name, s, e, origin, site))
-    fig = go.Figure()
-    for group, t in traces.items():
-        fig.add_trace(
-            go.Bar(
-                name=group,
-                orientation="h",
-                x=t["x"],
-                base=t["base"],
-                y=t["y"],
-                width=2 * _BAR_HALF,
-                marker={"color": colours[group], "line": {"width": 0}},
-                hovertext=t["text"],
-                hovertemplate="%{hovertext}<extra></extra>",
-            )
-        )
-    _add_syncs(fig, sl, ypos, origin)
-    add_counters(fig, sl.counters, len(sl.rows), origin, sl.end_us)
-    _layout(fig, sl, title, origin, f"ms from the start of the {origin_name}")
-    return fig
-
-
-def _add_syncs(fig: go.Figure, sl: TimelineSlice, ypos: dict[str, int], origin: float) -> None:
-    marks = [m for m in sl.syncs if m.row in ypos]
-    if not marks:
-        return
-    text = []
-    for m in marks:
-        verdict = "avoidable" if m.avoidable else "needed"
-        line = f"<b>sync ({html.escape(m.kind)}, {verdict})</b><br>{html.escape(m.api)}"
-        line += f"<br>wait {_fmt_us(m.wait_us)}, device idle charged {_fmt_us(m.bubble_us)}"
-        text.append(line + (f"<br>{html.escape(m.site)}" if m.site else ""))
-    fig.add_trace(
-        go.Scatter(
-            name="sync",
-            mode="markers",
-            x=[(m.start_us - origin) / 1000 for m in marks],
-            y=[ypos[m.row] - 0.42 for m in marks],
-            marker={
-                "symbol": "triangle-down",
-                "size": 11,
-                "color": [palette.SYNC if m.avoidable else palette.BACKGROUND for m in marks],
-                "line": {"color": palette.SYNC, "width": 1.5},
-            },
-            hovertext=text,
-            hovertemplate="%{hovertext}<extra></extra>",
-        )
-    )
-
-
-def _layout(fig: go.Figure, sl: TimelineSlice, title: str, origin: float, axis: str) -> None:
-    n = len(sl.rows) + len(sl.counters)
-    step_lines = [  # one layout update for all (add_vline per step relayouts every time)
-        {
-            "type": "line",
-            "xref": "x",
-            "yref": "paper",
-            "x0": (s - origin) / 1000,
-            "x1": (s - origin) / 1000,
-            "y0": 0,
-            "y1": 1,
-            "line": {"color": palette.MUTED, "width": 1, "dash": "dot"},
-        }
-        for _name, s, _e in sl.steps
-        if s > origin
-    ]
-    ticks = [html.escape(r.label if r.kind != RowKind.API else f"{r.label} · CUDA API") for r in sl.rows]
-    ticks += [html.escape(_clip(c.label, 60)) for c in sl.counters]
-    if sl.merged:
-        title += " (short events merged at this zoom)"
-    # the axis's unit is a line of its own under the title: an axis title on the top side would share the
-    # title's line and overlap it on a narrow page
-    heading = f"{html.escape(title)}<br>" if title else ""
-    heading += f'<span style="font-size:11px">{html.escape(axis)}</span>'
-    fig.update_layout(
-        title={"text": heading, "font": {"size": 14}, "x": 0, "xanchor": "left", "y": 1, "yanchor": "top"},
-        barmode="overlay",
-        hovermode="closest",
-        # rows, the axis and title above, and the legend below (it wraps on a narrow page or on paper)
-        height=max(160, (128 if title else 110) + _ROW_PX * n + 22 * -(-len(fig.data) // 4)),
-        margin={"l": 10, "r": 10, "t": 62 if title else 44, "b": 40},
-        font={"family": palette.FONT_FAMILY, "size": 12, "color": palette.TEXT},
-        plot_bgcolor=palette.BACKGROUND,
-        paper_bgcolor=palette.BACKGROUND,
-        hoverlabel={"font": {"family": palette.MONO_FAMILY, "size": 11}, "align": "left"},
-        legend={"orientation": "h", "y": -0.02, "yanchor": "top", "x": 0, "font": {"size": 11}},
-        dragmode="zoom",
-        shapes=step_lines,
-        xaxis={
-            "range": [(sl.start_us - origin) / 1000, (sl.end_us - origin) / 1000],
-            "gridcolor": palette.GRID,
-            "zeroline": False,
-            "side": "top",
-            "tickformat": ",~r",
-        },
-        yaxis={
-            "tickvals": list(range(n)),
-            "ticktext": ticks,
-            "range": [n - 0.5, -0.5],
-            "fixedrange": True,
-            "automargin": True,
-            "gridcolor": palette.GRID,
-        },
+    span = end[keep] - g.start[keep]
+    return Groups(
+        g.start[keep], end[keep], count[keep], rep[keep], np.minimum(busy[keep], span), dur[rep[keep]]
     )

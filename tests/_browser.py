@@ -78,6 +78,12 @@ class Browser:
                 pytest.fail(f"timed out after {timeout} s waiting for: {script}")
             time.sleep(0.05)
 
+    def fresh(self) -> None:
+        """Start from a blank page and drop the console log so far: a test reads only its own console
+        (a previous test's dashboard page would go on polling its stopped server)."""
+        self.driver.get("about:blank")
+        self.driver.get_log("browser")
+
     def console_errors(self) -> list[str]:
         """SEVERE console entries since the last call (uncaught exceptions, failed loads, console.error)."""
         return [e["message"] for e in self.driver.get_log("browser") if e.get("level") == "SEVERE"]

@@ -24,12 +24,16 @@ def browser() -> Iterator[Browser]:
 
 
 @pytest.fixture
-def dashboard(tmp_path: Path) -> Iterator[str]:
+def dashboard(browser: Browser, tmp_path: Path) -> Iterator[str]:
+    """A dashboard of its own; the browser starts from a blank page and leaves its pages before the server
+    stops (a page left open would go on polling it, into the next test's console)."""
+    browser.fresh()
     services = open_services(tmp_path / "store", max_upload_mb=16)  # analysis in a child process
     running = Running(create_app(services), "127.0.0.1", 0).start()
     try:
         yield running.url
     finally:
+        browser.fresh()
         running.stop()
         assert services.worker is not None
         services.worker.shutdown()

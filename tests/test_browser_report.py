@@ -41,6 +41,7 @@ def analysed(s: SynthTrace, tmp_path: Path) -> Analysis:
 
 def check_drawn(browser: Browser, page: Path, shot: Path) -> None:
     """Open the report; every figure drew marks, nothing went to the console, the screenshot is a page."""
+    browser.fresh()
     browser.open(page)
     browser.wait_for(DRAWN, timeout=30)
     assert browser.console_errors() == []
@@ -105,6 +106,7 @@ def test_hostile_names_render_as_text_and_run_nothing(browser: Browser, tmp_path
                     s.launch(HOSTILE[1], 300)
                 s.item(avoidable=True, reasons=("repeated",))
     page = write_report(analysed(s, tmp_path), tmp_path / "hostile.html")
+    browser.fresh()
     browser.open(page)
     assert browser.dialog_text() is None
     browser.wait_for(DRAWN, timeout=30)

@@ -28,7 +28,8 @@ from stallscope.dashboard.pages import explorer
 from stallscope.dashboard.report import render
 from stallscope.dashboard.services import Services
 from stallscope.dashboard.store import Store
-from stallscope.dashboard.timeline import extract, figure
+from stallscope.dashboard.timeline import extract
+from stallscope.dashboard.timeline_figure import figure
 from stallscope.dashboard.worker import analyse_entry
 
 HOSTILE = "<script>alert(1)</script>"

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from dash import no_update
 
@@ -412,3 +413,78 @@ def test_best_saving_takes_the_larger_of_the_what_if_and_the_findings() -> None:
     assert best_saving(doc) == (300.0, 2)
     assert best_saving({"summary": {"est_saving_us": 400.0}, "findings": doc["findings"]}) == (400.0, None)
     assert best_saving({"summary": {"est_saving_us": None}, "findings": []}) == (0.0, None)
+
+
+def test_every_finding_sync_and_gap_links_to_its_evidence_on_the_timeline(
+    services: Services, item: str
+) -> None:
+    # GIVEN the sample loop's overview and tables
+    doc = services.store.analysis(item)
+    page = render(services, f"/trace/{item}")
+    for n in range(1, len(doc["findings"]) + 1):
+        link = find(page, f"show-finding-{n}")
+        assert link.href == f"/trace/{item}/timeline?claim=finding-{n}"
+    syncs = tables.sync_rows(doc, None, False, None, item)
+    assert [r["show"] for r in syncs] == [
+        f"[show](/trace/{item}/timeline?claim=sync-{i})" for i in range(len(syncs))
+    ]
+    gaps = tables.gap_rows(doc, None, None, item)
+    assert [r["show"] for r in gaps] == [
+        f"[show](/trace/{item}/timeline?claim=gap-{i})" for i in range(len(gaps))
+    ]
+    # WHEN a link is followed: the timeline opens at the claim's range with its events outlined
+    from stallscope.dashboard import claims
+
+    a = services.live.get(item)
+    c = claims.claim(a, "gap-1")
+    assert c is not None
+    opened = render(services, f"/trace/{item}/timeline", "?claim=gap-1")
+    fig = find(opened, explorer.Ids.GRAPH.value).figure
+    lo, hi = c.view(a.window.start_us, a.window.end_us)
+    w0 = a.window.start_us
+    assert list(fig.layout.xaxis.range) == pytest.approx([(lo - w0) / 1000, (hi - w0) / 1000])
+    outlines = sorted(x for s in fig.layout.shapes if s.name == "highlight" for x in (s.x0, s.x1))
+    want = sorted(x for _k, s, e in c.marks for x in ((s - w0) / 1000, (e - w0) / 1000))
+    assert len(c.marks) >= 2 and outlines == pytest.approx(want)
+    status = find(opened, explorer.Ids.STATUS.value).children
+    assert status.startswith("gap-1 (outlined)")
+    # AND the outlines stay while zooming, until Reset
+    view = find(opened, explorer.Ids.VIEW.value).data
+    zoomed, new, _s = explorer.on_view(services, item, None, {"xaxis.range": [0.0, 5.0]}, view)
+    assert new["claim"] == "gap-1" and [s for s in zoomed.layout.shapes if s.name == "highlight"]
+    reset, plain, _s = explorer.on_view(services, item, explorer.Ids.RESET.value, None, new)
+    assert "claim" not in plain and not [s for s in reset.layout.shapes if s.name == "highlight"]
+    # AND the timeline lists the longest critical-path segments, each a link to its own evidence
+    segments = find(opened, explorer.Ids.SEGMENTS.value)
+    cp = a.critical
+    assert cp is not None
+    links = [li.children[-1].href for li in segments.children[1].children]
+    longest = np.argsort(-(cp.end_us - cp.start_us), kind="stable")[: len(links)].tolist()
+    assert links == [f"/trace/{item}/timeline?claim=segment-{i}" for i in longest] and links
+    # AND an id that names nothing opens the plain timeline
+    plain_page = render(services, f"/trace/{item}/timeline", "?claim=gap-99999")
+    assert "claim" not in find(plain_page, explorer.Ids.VIEW.value).data
+
+
+def test_clicking_a_merged_block_tells_its_span_busy_time_and_longest_event_apart(
+    services: Services, item: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from stallscope.dashboard import timeline
+
+    view = explorer.full_view(services.store.analysis(item))
+    a = services.live.get(item)
+    sl = timeline.extract(a.model, a, view["start"], view["end"], 4)  # a tiny budget: rows merge
+    row_index, row = next((i, r) for i, r in enumerate(sl.rows) if r.kind == timeline.RowKind.STREAM)
+    big = int(np.argmax(row.items.count))
+    assert row.items.count[big] > 1
+    monkeypatch.setattr(explorer, "MAX_ITEMS", 4)  # the view the click was made on
+    base_ms = (float(row.items.start_us[big]) - view["start"]) / 1000
+    shown = texts(
+        explorer.details(services, item, view, {"points": [{"base": base_ms, "x": 0.01, "y": row_index}]})
+    )
+    span = float(row.items.end_us[big] - row.items.start_us[big])
+    busy, longest = float(row.items.busy_us[big]), float(row.items.longest_us[big])
+    assert busy < span and longest < span
+    assert shown[0] == timeline.describe(row.kind, row.items, big)
+    assert f"span {timeline.fmt_us(span)}" in shown[0] and f"busy {timeline.fmt_us(busy)}" in shown[0]
+    assert f"longest {timeline.fmt_us(longest)}" in shown[0]

@@ -9,6 +9,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from synth import library as sc
 from synth.trace import SynthTrace
@@ -183,23 +184,33 @@ def test_syncs_whatif_and_pipeline_match_the_analysis(item_report: tuple[Analysi
     assert report.ms(doc["pipeline"]["serial_us"]) in numbers
 
 
-def test_figures_are_embedded_as_json_and_the_timelines_show_a_median_and_the_worst_step(
+def test_figures_are_embedded_as_json_and_the_timeline_opens_a_median_and_the_worst_step(
     item_report: tuple[Analysis, str],
 ) -> None:
     a, text = item_report
     page = Page(text)
     placeholders = [a_ for _t, a_, _x in page.elements if "data-figure" in a_]
-    assert len(placeholders) == 2 + 4  # two timelines, idle, critical, steps, pipeline
+    assert len(placeholders) == 1 + 4  # the timeline, idle, critical, steps, pipeline
     for p in placeholders:
         fig = page.json_script(p["data-figure"])
-        assert fig["data"], p["id"]
-    titles = [" ".join("".join(t).split()) for tag, _a, t in page.elements if tag == "h3"][:2]
-    for i in range(2):  # the heading is HTML above the figure; the figure names its axis's origin
-        axis = page.json_script(f"timeline-{i}-data")["layout"]["title"]["text"]
-        assert "ms from the start of the step" in axis
+        assert fig["data"], p["id"]  # the timeline's frame: its syncs (the page adds the bars)
+    axis = page.json_script("timeline-0-data")["layout"]["title"]["text"]
+    assert "ms from the start of the window" in axis
+    # the buttons open the median step (first, as the timeline opens), the worst and the whole window
+    views = [(a_, " ".join("".join(t).split())) for tag, a_, t in page.elements if a_.get("class") == "view"]
     durations = sorted(s.dur_us for s in a.steps)
-    assert titles[0].startswith("Representative step") and "median" in titles[0]
-    assert titles[1].startswith("Worst step") and report.ms(durations[-1]) in titles[1]
+    assert [t.split(":")[0].split(" (")[0] for _a, t in views] == [
+        "representative step",
+        "worst step",
+        "whole window",
+    ]
+    assert "median" in views[0][1] and report.ms(durations[-1]) in views[1][1]
+    worst = max(a.steps, key=lambda s: s.dur_us)
+    assert float(views[1][0]["data-start"]) == pytest.approx(
+        (worst.start_us - a.window.start_us) / 1000, abs=1e-6
+    )
+    _t, tl, _x = next(e for e in page.elements if e[1].get("id") == "timeline-0")
+    assert (tl["data-start"], tl["data-end"]) == (views[0][0]["data-start"], views[0][0]["data-end"])
     pipeline = page.json_script("chart-pipeline-data")
     ends = [
         max(b + x for b, x in zip(t["base"], t["x"], strict=True))
@@ -241,8 +252,8 @@ def test_a_trace_without_steps_gets_a_whole_window_timeline(tmp_path: Path) -> N
     a = analysed(s, tmp_path)
     assert not a.steps
     page = Page(report.render(a, report.ReportOptions(cdn=True)))
-    title = next(" ".join("".join(t).split()) for tag, _a, t in page.elements if tag == "h3")
-    assert title.startswith("Timeline of the whole trace")
+    views = [" ".join("".join(t).split()) for _tag, a_, t in page.elements if a_.get("class") == "view"]
+    assert len(views) == 1 and views[0].startswith("whole window")
     assert "start of the window" in page.json_script("timeline-0-data")["layout"]["title"]["text"]
     assert not [a_ for _t, a_, _x in page.elements if a_.get("id") == "timeline-1"]
     assert not [a_ for _t, a_, _x in page.elements if a_.get("id") == "chart-steps"]
@@ -266,17 +277,18 @@ def test_hostile_trace_text_is_escaped_everywhere(tmp_path: Path) -> None:
     # no trace string reaches the page as markup
     for raw in ("<img src=x", "<svg onload", "alert('kernel')</script>", "<b>é"):
         assert raw not in text
-    # the script elements are exactly the template's: the CDN loader, the JSON blocks and one script
+    # the script elements are exactly the template's: the CDN loader, the JSON blocks, the timeline's
+    # script and the page's
     page = Page(text)
     kinds = [a_.get("type", "") for a_, _t in page.scripts]
-    assert kinds.count("") == 2 and all(k in ("", "application/json") for k in kinds)
+    assert kinds.count("") == 3 and all(k in ("", "application/json") for k in kinds)
     # the names are still there, as text: in the sync table, the findings and the timeline's hover text
     visible = " ".join("".join(t) for _tag, _a, t in page.elements)
     assert f"{HOSTILE_FILE}:7 in {HOSTILE_FUNC}" in visible
     assert HOSTILE_OP in page.by_id("top-ops")[1] and HOSTILE_KERNEL in page.by_id("top-kernels")[1]
-    hover = json.dumps(page.json_script("timeline-0-data"), ensure_ascii=False)
-    assert "&lt;/script&gt;&lt;script&gt;alert(&#x27;kernel&#x27;)&lt;/script&gt;" in hover
-    assert "é中" in hover
+    # the timeline's names are data for its script (which escapes them: test_browser_report)
+    columns = page.json_script("timeline-0-columns")
+    assert HOSTILE_KERNEL in columns["names"] and any("é中" in n for n in columns["sites"])
 
 
 def test_worked_example_pipeline_is_drawn_to_the_analysis_figures(tmp_path: Path) -> None:
@@ -368,3 +380,37 @@ def test_saving_card_never_says_none_above_a_finding_that_costs_time() -> None:
     a0 = replace(a, findings=a.findings[1:])
     _attrs, card0 = Page(report.render(a0, report.ReportOptions(cdn=True))).by_id("card-saving")
     assert card0.startswith("Best estimated saving none")
+
+
+def test_every_show_link_names_an_embedded_claim_and_the_tables_list_the_longest(
+    item_report: tuple[Analysis, str],
+) -> None:
+    from stallscope.dashboard import claims
+
+    a, text = item_report
+    page = Page(text)
+    embedded = page.json_script("claims-data")
+    links = [a_["data-claim"] for _t, a_, _x in page.elements if a_.get("class") == "show"]
+    assert links and set(links) <= set(embedded)
+    # every finding and every sync group has one
+    assert {f"finding-{i}" for i in range(1, len(a.findings) + 1)} <= set(links)
+    assert sum(1 for c in links if c.startswith("syncs-")) == len(
+        report._sync_groups(to_json(a), 200)["rows"]
+    )
+    # the gap table lists the longest gaps, the segment table the longest segments, each its own claim
+    longest_gaps = sorted(range(len(a.gaps)), key=lambda i: -a.gaps[i].dur_us)[: report.EVIDENCE_ROWS]
+    assert [c for c in links if c.startswith("gap-")] == [f"gap-{i}" for i in longest_gaps]
+    cp = a.critical
+    assert cp is not None
+    seg = np.argsort(-(cp.end_us - cp.start_us), kind="stable")[: report.EVIDENCE_ROWS].tolist()
+    assert [c for c in links if c.startswith("segment-")] == [f"segment-{i}" for i in seg]
+    # and each embedded claim is the claim's own range with its margin, in ms from the window's start
+    w = a.window
+    for cid in ("gap-" + str(longest_gaps[0]), f"segment-{seg[0]}"):
+        c = claims.claim(a, cid)
+        assert c is not None
+        lo, hi = c.view(w.start_us, w.end_us)
+        assert embedded[cid]["range"] == pytest.approx(
+            [(lo - w.start_us) / 1000, (hi - w.start_us) / 1000], abs=1e-5
+        )
+        assert len(embedded[cid]["marks"]) == len(c.marks)

@@ -5,7 +5,7 @@ URL, so tests call it directly; each page module has ``layout(...)`` and ``regis
 
     /                          traces: upload, search, sort, delete, pick two to compare
     /trace/<id>                overview: verdict, headline numbers, findings
-    /trace/<id>/timeline       timeline explorer (server-side windowing)
+    /trace/<id>/timeline       timeline explorer (server-side windowing); ?claim=<id> opens a claim's evidence
     /trace/<id>/syncs|gaps|steps   tables with filters
     /trace/<id>/whatif         scenarios: predicted time and the re-timed device streams
     /trace/<id>/job            a rank folder's whole job: stragglers, skew per collective, rank x step heatmaps
@@ -51,6 +51,8 @@ def render(services: Services, pathname: str | None, search: str | None = None) 
                 found = ready_entry(services, parts[1])
                 if isinstance(found, html.Div):
                     return found
+                if page is explorer.layout:  # "show" links open a claim (?claim=finding-1)
+                    return explorer.layout(services, found, query.get("claim"))
                 return page(services, found)
     except StoreError as exc:
         return message(str(exc))

@@ -3,7 +3,10 @@
 Every zoom, pan, reset or zoom-out asks ``stallscope.dashboard.timeline.extract`` for the visible range only, merged
 to screen resolution (``max_items_per_lane``), and redraws with ``stallscope.dashboard.timeline.figure``: the browser
 never holds more than a screenful of items, however large the trace. The critical path, gaps by cause and
-syncs are rows and marks of the same figure. A click shows the item's details and call site.
+syncs are rows and marks of the same figure. A click shows the item's details and call site (and the page's
+script, ``assets/timeline.js``, links a launch call and its kernel). ``?claim=<id>`` (the "show" links of
+the other pages, ``stallscope.dashboard.claims``) opens the claim's range with its events outlined; the
+outlines stay while zooming.
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ from typing import Any
 import numpy as np
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
-from stallscope.dashboard import timeline
+from stallscope.analyzer.passes.critical import Kind
+from stallscope.dashboard import claims, timeline, timeline_figure
 from stallscope.dashboard.pages.common import Doc, message, ms, trace_nav
 from stallscope.dashboard.services import Services
 from stallscope.dashboard.store import Entry, StoreError
@@ -34,6 +38,7 @@ class Ids(str, Enum):
     PREPARING_TICK = "explorer-preparing-tick"
     PREPARING_TRACE = "explorer-preparing-trace"
     RANGE = "explorer-range"  # the relayouts that change the x range (not plotly's own autosize events)
+    SEGMENTS = "explorer-segments"
 
 
 def full_view(doc: Doc) -> dict[str, float]:
@@ -47,13 +52,13 @@ def full_view(doc: Doc) -> dict[str, float]:
 
 
 def next_view(
-    view: dict[str, float], trigger: str | None, relayout: dict[str, Any] | None
-) -> dict[str, float] | None:
+    view: dict[str, Any], trigger: str | None, relayout: dict[str, Any] | None
+) -> dict[str, Any] | None:
     """The range to show after a user action, or None when the action does not change it. The figure's x
     axis is in ms from the window's start (``lo``), whatever the zoom."""
     lo, hi = view["lo"], view["hi"]
-    if trigger == Ids.RESET.value:
-        return {**view, "start": lo, "end": hi}
+    if trigger == Ids.RESET.value:  # also drops a claim's outlines
+        return {k: v for k, v in view.items() if k not in _CLAIM_KEYS} | {"start": lo, "end": hi}
     if trigger == Ids.ZOOM_OUT.value:
         mid, half = (view["start"] + view["end"]) / 2, (view["end"] - view["start"])
         return _clamp(view, mid - half, mid + half)
@@ -72,7 +77,7 @@ def next_view(
     return _clamp(view, lo + r0 * 1000, lo + r1 * 1000)
 
 
-def _clamp(view: dict[str, float], start: float, end: float) -> dict[str, float]:
+def _clamp(view: dict[str, Any], start: float, end: float) -> dict[str, Any]:
     lo, hi = view["lo"], view["hi"]
     start, end = max(lo, min(start, end)), min(hi, max(start, end))
     if end - start < MIN_SPAN_US:
@@ -81,17 +86,46 @@ def _clamp(view: dict[str, float], start: float, end: float) -> dict[str, float]
     return {**view, "start": start, "end": end}
 
 
-def draw(services: Services, trace_id: str, view: dict[str, float]) -> tuple[Any, str]:
-    """The figure of ``view`` and a status line (range shown, items drawn, whether merged)."""
+_CLAIM_KEYS = ("claim", "note", "marks")
+
+
+def claim_link(trace_id: str, claim_id: str) -> str:
+    """The URL of the timeline opened at a claim (``stallscope.dashboard.claims``)."""
+    return f"/trace/{trace_id}/timeline?claim={claim_id}"
+
+
+def claim_view(
+    services: Services, trace_id: str, view: dict[str, Any], claim_id: str | None, job: Doc | None = None
+) -> dict[str, Any]:
+    """``view`` opened at the claim ``claim_id`` names (its range with a margin; ``job``: the job document,
+    for a collective's claim), its outlines and note kept in the view for every later zoom; unchanged when
+    the id names nothing."""
+    if not claim_id:
+        return view
+    c = claims.claim(services.live.get(trace_id), claim_id, job)
+    if c is None:
+        return view
+    start, end = c.view(view["lo"], view["hi"])
+    marks = [[k, s, e] for k, s, e in c.marks]
+    return {**view, "start": start, "end": end, "claim": claim_id, "note": c.note, "marks": marks}
+
+
+def draw(services: Services, trace_id: str, view: dict[str, Any]) -> tuple[Any, str]:
+    """The figure of ``view`` and a status line (range shown, items drawn, whether merged); with a
+    claim in the view, its events outlined."""
     a = services.live.get(trace_id)
     sl = timeline.extract(a.model, a, view["start"], view["end"], MAX_ITEMS)
-    fig = timeline.figure(sl, origin_us=view["lo"], origin_name="window")
+    marks = [(str(k), float(s), float(e)) for k, s, e in view.get("marks") or ()]
+    fig = timeline_figure.figure(sl, origin_us=view["lo"], origin_name="window", highlights=marks)
     fig.update_layout(uirevision=f"{view['start']}-{view['end']}")
     merged = ", short events merged" if sl.merged else ""
     status = (
         f"showing {ms(view['start'] - view['lo'])} to {ms(view['end'] - view['lo'])} of {ms(view['hi'] - view['lo'])}"
         f" · {sl.items:,} items{merged} · drag to zoom, double-click to reset, click an item for details"
     )
+    if view.get("claim"):
+        note = view.get("note") or ""
+        status = f"{view['claim']}{': ' + note if note else ''} (outlined) · {status}"
     return fig, status
 
 
@@ -100,7 +134,7 @@ def on_view(
     trace_id: str,
     trigger: str | None,
     relayout: dict[str, Any] | None,
-    view: dict[str, float],
+    view: dict[str, Any],
 ) -> tuple[Any, Any, Any]:
     """Callback body: (figure, view, status) after a zoom/pan/reset; errors become the status line."""
     new = next_view(view, trigger, relayout)
@@ -113,7 +147,7 @@ def on_view(
     return fig, new, status
 
 
-def details(services: Services, trace_id: str, view: dict[str, float], click: dict[str, Any] | None) -> Any:
+def details(services: Services, trace_id: str, view: dict[str, Any], click: dict[str, Any] | None) -> Any:
     """What a click hit: the item of that row at that time (name, duration, count, call site) or the sync
     mark, from the same extraction the figure was drawn from."""
     points = (click or {}).get("points") or []
@@ -151,11 +185,11 @@ def details(services: Services, trace_id: str, view: dict[str, float], click: di
     dur = float(it.end_us[best] - it.start_us[best])
     count = int(it.count[best])
     lines = [
-        f"{row.label} · {ms(dur)} at {ms(float(it.start_us[best]) - view['lo'])}",
+        f"{row.label} · {'span ' if count > 1 else ''}{ms(dur)} at {ms(float(it.start_us[best]) - view['lo'])}",
         f"{count} events merged at this zoom (zoom in to separate them)" if count > 1 else "",
         it.site[best] or "no call site in the trace",
     ]
-    return _panel(it.name[best], [x for x in lines if x])
+    return _panel(timeline.describe(row.kind, it, best), [x for x in lines if x])
 
 
 def _counter_panel(sl: timeline.TimelineSlice, key: str, at_us: float, origin_us: float) -> Any:
@@ -183,15 +217,16 @@ def _panel(title: str, lines: list[str]) -> html.Div:
     )
 
 
-def layout(services: Services, entry: Entry) -> html.Div:
+def layout(services: Services, entry: Entry, claim_id: str | None = None) -> html.Div:
     doc = services.store.analysis(entry.id)
-    view = full_view(doc)
+    view: dict[str, Any] = dict(full_view(doc))
     live = services.live
     if not live.ready(entry.id):
         live.warm(entry.id)
         if not live.ready(entry.id, wait_s=1.0) and live.failure(entry.id) is None:
             return preparing(entry, doc)
     try:
+        view = claim_view(services, entry.id, view, claim_id, doc.get("job"))
         fig, status = draw(services, entry.id, view)
     except (StoreError, ValueError) as exc:
         return html.Div([trace_nav(entry, "/timeline"), message(str(exc))])
@@ -211,7 +246,35 @@ def layout(services: Services, entry: Entry) -> html.Div:
             dcc.Graph(id=Ids.GRAPH.value, figure=fig, config={"displaylogo": False, "scrollZoom": True}),
             dcc.Store(id=Ids.RANGE.value),
             html.Div(id=Ids.DETAILS.value, className="stallscope-details"),
+            segments_panel(services, entry),
         ]
+    )
+
+
+SEGMENTS_LISTED = 10
+
+
+def segments_panel(services: Services, entry: Entry) -> html.Div | None:
+    """The longest critical-path segments, each a link to its evidence (``?claim=segment-<i>``)."""
+    a = services.live.get(entry.id)
+    cp = a.critical
+    if cp is None or not len(cp.kind):
+        return None
+    kinds = [k.value for k in Kind]
+    w0 = a.window.start_us
+    items = []
+    for i in np.argsort(-(cp.end_us - cp.start_us), kind="stable")[:SEGMENTS_LISTED].tolist():
+        event = int(cp.event[i])
+        what = a.model.name_of(event) if event >= 0 else "host work between calls"
+        text = (
+            f"{kinds[int(cp.kind[i])]} {ms(float(cp.end_us[i] - cp.start_us[i]))} at "
+            f"{ms(float(cp.start_us[i]) - w0)} on {a.model.lanes[int(cp.lane[i])].label}: {what}"
+        )
+        items.append(html.Li([text, " ", dcc.Link("show", href=claim_link(entry.id, f"segment-{i}"))]))
+    return html.Div(
+        [html.H4("Longest critical-path segments"), html.Ol(items)],
+        id=Ids.SEGMENTS.value,
+        className="ss-panel",
     )
 
 
@@ -269,7 +332,7 @@ def register(app: Dash, services: Services) -> None:
         State(Ids.TRACE.value, "data"),
         prevent_initial_call=True,
     )
-    def zoom(relayout: Any, _r: Any, _z: Any, view: dict[str, float], trace_id: str) -> tuple[Any, Any, Any]:
+    def zoom(relayout: Any, _r: Any, _z: Any, view: dict[str, Any], trace_id: str) -> tuple[Any, Any, Any]:
         trigger = ctx.triggered_id if ctx.triggered_id != Ids.RANGE.value else None
         return on_view(services, trace_id, trigger, relayout, view)
 
@@ -280,5 +343,5 @@ def register(app: Dash, services: Services) -> None:
         State(Ids.TRACE.value, "data"),
         prevent_initial_call=True,
     )
-    def click(data: Any, view: dict[str, float], trace_id: str) -> Any:
+    def click(data: Any, view: dict[str, Any], trace_id: str) -> Any:
         return details(services, trace_id, view, data)

@@ -15,7 +15,8 @@ from stallscope.analyzer.core.model import LaneKind
 from stallscope.analyzer.core.names import EventKind
 from stallscope.analyzer.passes.replay import Replay
 from stallscope.dashboard import palette
-from stallscope.dashboard.timeline import lod
+from stallscope.dashboard.timeline import Groups, RowKind, fmt_us, lod, plural
+from stallscope.dashboard.timeline_figure import opacity
 
 Doc = dict[str, Any]
 _ROWS_MAX_ITEMS = 600
@@ -83,9 +84,10 @@ def retimed_figure(a: Analysis, before: Replay, after: Replay, label: str) -> go
                     base=(groups.start - start) / 1000,
                     x=(groups.end - groups.start) / 1000,
                     y=[y] * len(groups.start),
-                    marker={"color": colours, "line": {"width": 0}},
+                    marker={"color": colours, "line": {"width": 0}, "opacity": _opacities(groups)},
                     showlegend=False,
-                    hovertemplate=f"{html.escape(labels[-1])}<br>%{{base:.3f}} ms, %{{x:.3f}} ms long<extra></extra>",
+                    hovertext=_hovers(groups, keys, start),
+                    hovertemplate=f"{html.escape(labels[-1])}<br>%{{hovertext}}<extra></extra>",
                 )
             )
     for x, text in ((before.end_us, "recorded end"), (after.end_us, f"{label} end")):
@@ -96,6 +98,30 @@ def retimed_figure(a: Analysis, before: Replay, after: Replay, label: str) -> go
     )
     fig.update_xaxes(title={"text": "ms from the window start"})
     return _base(fig, f"Device streams, recorded and re-timed ({label})", 120 + 28 * max(1, len(labels)))
+
+
+def _opacities(g: Groups) -> list[float]:
+    """As the timeline: a merged block as opaque as the share of its span its activities ran."""
+    return [
+        opacity(int(n), float(b), float(e - s))
+        for n, b, s, e in zip(g.count, g.busy, g.start, g.end, strict=True)
+    ]
+
+
+def _hovers(g: Groups, keys: list[str], origin: float) -> list[str]:
+    """Start and length; a merged block's count, span, busy time and longest activity, each apart."""
+    out = []
+    for i in range(len(g.start)):
+        s, e, n = float(g.start[i]), float(g.end[i]), int(g.count[i])
+        text = f"{(s - origin) / 1000:.3f} ms, {fmt_us(e - s)} long"
+        if n > 1:
+            kind = html.escape(plural(RowKind.STREAM, keys[int(g.rep[i])]))
+            text = (
+                f"{n} {kind} at {(s - origin) / 1000:.3f} ms: span {fmt_us(e - s)}, busy {fmt_us(float(g.busy[i]))},"
+                f" longest {fmt_us(float(g.longest[i]))}"
+            )
+        out.append(text)
+    return out
 
 
 def step_distributions(a: Doc, b: Doc, names: tuple[str, str]) -> go.Figure:

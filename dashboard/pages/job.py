@@ -88,7 +88,14 @@ def layout(services: Services, entry: Entry) -> html.Div:
     if not job:
         return html.Div([trace_nav(entry, "/job"), message("a single rank: no job to analyse", "info")])
     findings = [
-        html.Li([html.B(f"[{f['severity']}] "), f["title"], html.Div(f["advice"], className="muted")])
+        html.Li(
+            [
+                html.B(f"[{f['severity']}] "),
+                f["title"],
+                html.Div(f["advice"], className="muted"),
+                _show(entry, job_report.straggler_claim(job, f["rank"])),
+            ]
+        )
         for f in job["findings"]
     ]
     skews = [
@@ -132,6 +139,15 @@ def layout(services: Services, entry: Entry) -> html.Div:
             ),
             *[message(f["error"]) for f in job["failed"]],
         ]
+    )
+
+
+def _show(entry: Entry, claim_id: str | None) -> Any:
+    """A straggler's "show" link: its costliest late arrival on the timeline of the rank shown in full."""
+    if claim_id is None:
+        return None
+    return dcc.Link(
+        "show on the timeline", href=f"/trace/{entry.id}/timeline?claim={claim_id}", className="ss-show"
     )
 
 

@@ -93,7 +93,8 @@ def headline(doc: Doc) -> list[tuple[str, str]]:
     ]
 
 
-def findings_list(doc: Doc) -> html.Div:
+def findings_list(doc: Doc, trace_id: str | None = None) -> html.Div:
+    """The findings, each with a link that opens the timeline at its evidence (``?claim=finding-<n>``)."""
     from stallscope.dashboard.report import (
         findings_doc as report_findings,  # the report's own rows, shared verbatim
     )
@@ -109,6 +110,14 @@ def findings_list(doc: Doc) -> html.Div:
                     html.Div(f"{f['cost']}{saving}", className="ss-facts"),
                     html.Div(f["site"], className="stallscope-site") if f["site"] else None,
                     html.Div(f"fix: {f['advice']}", className="ss-advice"),
+                    dcc.Link(
+                        "show on the timeline",
+                        href=f"/trace/{trace_id}/timeline?claim=finding-{f['rank']}",
+                        className="ss-show",
+                        id=f"show-finding-{f['rank']}",
+                    )
+                    if trace_id
+                    else None,
                 ]
             )
         )
@@ -171,7 +180,7 @@ def layout(services: Services, entry: Entry) -> html.Div:
                 ],
                 className="ss-panel",
             ),
-            findings_list(doc),
+            findings_list(doc, entry.id),
             perfetto_panel(entry),
             _top_ops_panel(entry, doc) if verdict["cpu_only"] else None,
             html.Div(

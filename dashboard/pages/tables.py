@@ -48,6 +48,7 @@ SYNC_COLUMNS = [
     {"id": "avoidable", "name": "avoidable"},
     {"id": "reason", "name": "reason"},
     {"id": "site", "name": "call site"},
+    {"id": "show", "name": "", "presentation": "markdown"},
 ]
 GAP_COLUMNS = [
     {"id": "device", "name": "GPU", "type": "numeric"},
@@ -56,6 +57,7 @@ GAP_COLUMNS = [
     {"id": "cause", "name": "cause"},
     {"id": "detail", "name": "detail"},
     {"id": "site", "name": "call site"},
+    {"id": "show", "name": "", "presentation": "markdown"},
 ]
 STEP_COLUMNS = [
     {"id": "name", "name": "step"},
@@ -127,12 +129,21 @@ def top_kernel_rows(doc: Doc) -> list[dict[str, Any]]:
     ]
 
 
+def show(trace_id: str | None, claim_id: str) -> str:
+    """A table cell's "show" link (markdown) to the timeline opened at a claim; "" without a trace."""
+    return f"[show](/trace/{trace_id}/timeline?claim={claim_id})" if trace_id else ""
+
+
 def sync_rows(
-    doc: Doc, kinds: list[str] | None, avoidable_only: bool, min_wait_us: float | None
+    doc: Doc,
+    kinds: list[str] | None,
+    avoidable_only: bool,
+    min_wait_us: float | None,
+    trace_id: str | None = None,
 ) -> list[dict[str, Any]]:
     t0 = doc["window"]["start_us"]
     out = []
-    for s in doc["syncs"]:
+    for i, s in enumerate(doc["syncs"]):
         if kinds and s["kind"] not in kinds:
             continue
         if avoidable_only and not s["avoidable"]:
@@ -150,12 +161,15 @@ def sync_rows(
                 "avoidable": "yes" if s["avoidable"] else "no",
                 "reason": ", ".join(s.get("reason") or []),
                 "site": site_text(s.get("call_site")),
+                "show": show(trace_id, f"sync-{i}"),
             }
         )
     return out
 
 
-def gap_rows(doc: Doc, causes: list[str] | None, min_dur_us: float | None) -> list[dict[str, Any]]:
+def gap_rows(
+    doc: Doc, causes: list[str] | None, min_dur_us: float | None, trace_id: str | None = None
+) -> list[dict[str, Any]]:
     t0 = doc["window"]["start_us"]
     return [
         {
@@ -165,8 +179,9 @@ def gap_rows(doc: Doc, causes: list[str] | None, min_dur_us: float | None) -> li
             "cause": g["cause"],
             "detail": g.get("detail") or "",
             "site": site_text(g.get("call_site")),
+            "show": show(trace_id, f"gap-{i}"),
         }
-        for g in doc["gaps"]
+        for i, g in enumerate(doc["gaps"])
         if (not causes or g["cause"] in causes) and not (min_dur_us and g["dur_us"] < min_dur_us)
     ]
 
@@ -193,7 +208,14 @@ def step_rows(doc: Doc, search: str | None) -> list[dict[str, Any]]:
 
 
 def _table(tid: Ids, columns: list[dict[str, Any]], data: list[dict[str, Any]]) -> Any:
-    return data_table(id=tid.value, columns=columns, data=data, sort_action="native", page_size=100)
+    return data_table(
+        id=tid.value,
+        columns=columns,
+        data=data,
+        sort_action="native",
+        page_size=100,
+        markdown_options={"link_target": "_self"},  # "show" opens the timeline in this tab
+    )
 
 
 def _page(entry: Entry, tab: str, controls: list[Any], table: Any, n: int) -> html.Div:
@@ -237,7 +259,7 @@ def syncs_layout(services: Services, entry: Entry) -> html.Div:
             style={"marginLeft": "10px"},
         ),
     ]
-    rows = sync_rows(doc, None, False, None)
+    rows = sync_rows(doc, None, False, None, entry.id)
     return _page(entry, "/syncs", controls, _table(Ids.SYNC_TABLE, SYNC_COLUMNS, rows), len(rows))
 
 
@@ -261,7 +283,7 @@ def gaps_layout(services: Services, entry: Entry) -> html.Div:
             style={"marginLeft": "10px"},
         ),
     ]
-    rows = gap_rows(doc, None, None)
+    rows = gap_rows(doc, None, None, entry.id)
     return _page(entry, "/gaps", controls, _table(Ids.GAP_TABLE, GAP_COLUMNS, rows), len(rows))
 
 
@@ -314,7 +336,9 @@ def register(app: Dash, services: Services) -> None:
     def syncs(
         kinds: list[str] | None, avoidable: list[str] | None, min_wait: float | None, trace_id: str
     ) -> Any:
-        return _filtered(services, trace_id, lambda d: sync_rows(d, kinds, bool(avoidable), min_wait))
+        return _filtered(
+            services, trace_id, lambda d: sync_rows(d, kinds, bool(avoidable), min_wait, trace_id)
+        )
 
     @app.callback(
         Output(Ids.GAP_TABLE.value, "data"),
@@ -325,7 +349,7 @@ def register(app: Dash, services: Services) -> None:
         prevent_initial_call=True,
     )
     def gaps(causes: list[str] | None, min_dur: float | None, trace_id: str) -> Any:
-        return _filtered(services, trace_id, lambda d: gap_rows(d, causes, min_dur))
+        return _filtered(services, trace_id, lambda d: gap_rows(d, causes, min_dur, trace_id))
 
     @app.callback(
         Output(Ids.STEP_TABLE.value, "data"),
