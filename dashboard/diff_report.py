@@ -15,6 +15,7 @@ from typing import Any
 from stallscope.analyzer.passes.verdict import SENTENCE
 from stallscope.dashboard import palette
 from stallscope.dashboard.report import _environment, ms
+from stallscope.display.units import signed
 
 Doc = dict[str, Any]
 ABSENT = "—"  # a figure that does not exist on that side (a CPU-only run's device idle)
@@ -104,8 +105,7 @@ def _fmt(delta: Doc, how: str, better: int) -> Doc:
     elif how == "pct":
         text = f"{change * 100:+.1f} pts"
     else:
-        sign = "+" if change >= 0 else "-"
-        text = (f"{sign}{ms(abs(change))}" if how == "ms" else f"{change:+,.0f}") + (
+        text = (signed(change) if how == "ms" else f"{change:+,.0f}") + (
             f" ({rel:+.0%})" if rel is not None else ""
         )
     tone = "" if not change or not better else ("better" if (change > 0) == (better > 0) else "worse")

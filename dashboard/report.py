@@ -33,6 +33,7 @@ from stallscope.analyzer.job.result import JobAnalysis
 from stallscope.analyzer.passes.verdict import SENTENCE
 from stallscope.dashboard import charts, job_report, palette, timeline
 from stallscope.dashboard.headline import best_saving, cpu_only
+from stallscope.display import units
 
 Progress = Callable[[str], None]
 Doc = dict[str, Any]
@@ -57,18 +58,9 @@ class ReportOptions:
     max_sync_rows: int = 200  # sync groups listed (the costliest)
 
 
-def share(fraction: float | None) -> str:
-    """A percentage with one decimal below 1% (a 0.4% saving is not "0%"); "—" for a figure that does not
-    exist (a CPU-only run's device figures are null)."""
-    if fraction is None:
-        return "—"
-    return f"{fraction:.1%}" if 0 < abs(fraction) < 0.01 else f"{fraction:.0%}"
-
-
-def ms(us: float | None) -> str:
-    if us is None:
-        return "—"
-    return f"{us / 1000:,.2f} ms" if abs(us) >= 1000 else f"{us:,.1f} µs"
+# the one formatter of every view (``stallscope.display.units``), under the names the templates use
+share = units.share
+ms = units.duration
 
 
 def render(

@@ -221,8 +221,8 @@ def test_a_cpu_only_trace_says_cpu_only_instead_of_zero_utilization(services: Se
     rows = {r["metric"]: r for r in compare.headline_rows(services.store.analysis(item), raw)}
     assert rows["GPU utilization"]["before"] == f"{gpu['device_utilization']:.1%}"
     assert rows["GPU utilization"]["after"] == "—" and rows["GPU utilization"]["verdict"] == ""
-    assert rows["device idle"]["after"] == "-" and rows["device idle"]["verdict"] == ""
-    assert rows["device idle"]["change"] == "-"
+    assert rows["device idle"]["after"] == "—" and rows["device idle"]["verdict"] == ""
+    assert rows["device idle"]["change"] == "—"
     assert rows["bottleneck"]["before"] == gpu["bottleneck"] and rows["bottleneck"]["after"] == "CPU only"
     # the line `stallscope upload --wait` prints from the API's entry
     line = wait_summary(services.store.get(cpu).to_json()["summary"])

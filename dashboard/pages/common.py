@@ -13,10 +13,10 @@ from dash import dcc, html
 from dash.dash_table.DataTable import DataTable
 
 from stallscope.dashboard.palette import FONT_FAMILY, GRID, MUTED, PYTHON, TEXT
-from stallscope.dashboard.report import ms as report_ms
 from stallscope.dashboard.report import site_text as report_site_text
 from stallscope.dashboard.services import Services
 from stallscope.dashboard.store import Entry, Status, StoreError
+from stallscope.display.units import duration
 
 
 class Shell(str, Enum):
@@ -79,12 +79,13 @@ def data_table(**props: Any) -> Any:
 
 
 def ms(us: float | None) -> str:
-    """The report's time format (``stallscope.dashboard.report.ms``), "-" for a value that does not exist."""
-    return "-" if us is None else report_ms(us)
+    """The time format of every view (``stallscope.display.units.duration``), "—" for a value that does
+    not exist."""
+    return duration(us)
 
 
 def pct(x: float | None) -> str:
-    return "-" if x is None else f"{x:.1%}"
+    return "—" if x is None else f"{x:.1%}"
 
 
 def site_text(site: Doc | None) -> str:

@@ -13,6 +13,7 @@ from stallscope.dashboard.pages import figures
 from stallscope.dashboard.pages.common import Doc, data_table, message, ms, pct, site_text
 from stallscope.dashboard.services import Services
 from stallscope.dashboard.store import Status, StoreError
+from stallscope.display.units import signed
 
 
 class Ids(str, Enum):
@@ -39,18 +40,18 @@ _DEVICE_KEYS = frozenset({"device_utilization", "device_idle_us"})
 
 def _fmt(value: Any, how: str) -> str:
     if value is None:
-        return "—" if how == "pct" else "-"  # a CPU-only trace has no utilization
+        return "—"  # a CPU-only trace has no utilization
     return ms(value) if how == "ms" else pct(value) if how == "pct" else f"{value:,}"
 
 
 def _delta(a: Any, b: Any, how: str) -> str:
     if a is None or b is None:
-        return "-"
+        return "—"
     d = b - a
     if how == "pct":
         return f"{d * 100:+.1f} pts"
     rel = f" ({d / a:+.0%})" if a else ""
-    return (f"{'+' if d >= 0 else '-'}{ms(abs(d))}" if how == "ms" else f"{d:+,}") + rel
+    return (signed(d) if how == "ms" else f"{d:+,}") + rel
 
 
 def headline_rows(a: Doc, b: Doc) -> list[dict[str, Any]]:

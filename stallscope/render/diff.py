@@ -8,7 +8,8 @@ import re
 
 from stallscope.analyzer.document.diff import Delta, Diff, Gate, RowDelta, Status, VerdictSide
 from stallscope.analyzer.passes.verdict import SENTENCE
-from stallscope.render.summary import ms
+from stallscope.display.units import duration as ms
+from stallscope.display.units import signed
 
 _MAX_STEP_ROWS = 4
 _ROWS = 5
@@ -51,7 +52,7 @@ def _sync_counts(d: Diff) -> list[str]:
 
 
 def signed_ms(us: float) -> str:
-    return f"{'+' if us >= 0 else '-'}{ms(abs(us))}"
+    return signed(us)
 
 
 def _pair(x: Delta, unit: str = "ms") -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from stallscope.analyzer.job.result import JobAnalysis
 from stallscope.analyzer.job.stragglers import MIN_LATE_US
-from stallscope.render.summary import ms
+from stallscope.display.units import duration as ms
 
 TOP_RANKS = 5
 MAX_STEPS = 6  # job steps listed (the slowest when there are more)

@@ -8,12 +8,9 @@ from stallscope.analyzer.core.numbers import ratio
 from stallscope.analyzer.findings.latent import UNMEASURED, measured
 from stallscope.analyzer.load.counters import window_stats
 from stallscope.analyzer.passes.verdict import SENTENCE
+from stallscope.display.units import duration as ms
 
 _MAX_STEP_ROWS = 4
-
-
-def ms(us: float) -> str:
-    return f"{us / 1000:,.2f} ms" if abs(us) >= 1000 else f"{us:,.1f} us"
 
 
 def render(a: Analysis, top: int = 3, top_ops: int | None = None) -> str:
