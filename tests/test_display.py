@@ -40,7 +40,7 @@ def test_a_column_of_microsecond_waits_is_shown_in_microseconds() -> None:
 
 
 def test_mangled_kernel_names_are_demangled_and_anything_else_is_kept() -> None:
-    pytest.importorskip("cxxfilt")
+    pytest.importorskip("pycxxfilt")
     raw = "_ZN7cutlass6KernelINS_4gemm6kernel4GemmEEEvNT_6ParamsE"
     assert (
         names.display_name(raw)
