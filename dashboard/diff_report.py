@@ -15,6 +15,7 @@ from typing import Any
 from stallscope.analyzer.passes.verdict import SENTENCE
 from stallscope.dashboard import palette
 from stallscope.dashboard.report import _environment, ms
+from stallscope.display.names import display_name
 from stallscope.display.units import signed
 
 Doc = dict[str, Any]
@@ -71,7 +72,7 @@ def render(doc: Doc) -> str:
             "note": steps["note"],
         },
         "tables": [
-            {"id": key, "title": title, "what": what, "rows": [_row(r) for r in doc[key]]}
+            {"id": key, "title": title, "what": what, "rows": [table_row(r) for r in doc[key]]}
             for key, title, what in _TABLES
         ],
         "whatif": [_whatif(doc, w) for w in doc["whatif"]],
@@ -127,11 +128,13 @@ def _verdict(v: Doc) -> Doc:
     return {"text": SENTENCE.get(v["bottleneck"] or "", "no verdict"), "evidence": v["evidence"]}
 
 
-def _row(r: Doc) -> Doc:
+def table_row(r: Doc) -> Doc:
+    """One changed row of the diff (an op, kernel, sync site or finding) as text: the diff page's and
+    the dashboard's compare page's. Kernel names are demangled for display (the JSON keeps them raw)."""
     counts = _fmt(r["count"], "n", 0)
     times = _fmt(r["time_us"], "ms", -1)
     return {
-        "name": r["name"],
+        "name": display_name(r["name"]),
         "detail": r["detail"],
         "status": r["status"],
         "count": f"{counts['before']} → {counts['after']}",

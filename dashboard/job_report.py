@@ -16,7 +16,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from stallscope.dashboard import palette
+from stallscope.dashboard import headline, palette
 from stallscope.display.units import duration as ms
 from stallscope.display.units import saving, share
 
@@ -34,10 +34,7 @@ METRICS = (
 )
 
 
-def straggler(job: Doc) -> int | None:
-    """The rank that made the job wait most (the most lateness in all), or None when none was late."""
-    late = [s for s in job.get("stragglers") or [] if s["late_us"] > 0]
-    return max(late, key=lambda s: (s["late_us"], -s["rank"]))["rank"] if late else None
+straggler = headline.straggler  # the rank that made the job wait most
 
 
 def instance_sentence(i: Doc) -> str:

@@ -31,6 +31,7 @@ from stallscope.dashboard.pages.common import Shell, ms
 from stallscope.dashboard.services import Services
 from stallscope.dashboard.store import Status, Store
 from stallscope.dashboard.worker import analyse_entry
+from stallscope.display import text as words
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
 ITEM = SAMPLES / "item_in_loop.pt.trace.json.gz"
@@ -151,12 +152,16 @@ def test_overview_shows_the_reports_verdict_and_every_finding(services: Services
     assert find(page, overview.Ids.VERDICT.value).children == verdict_doc(doc)["sentence"]
     # AND the verdict's evidence in one line (path shares, utilization, what each speed-up saves)
     evidence = find(page, overview.Ids.EVIDENCE.value).children
-    assert evidence == f"Evidence: {doc['verdict']['evidence']}" and "critical path" in evidence
+    util = doc["summary"]["device_utilization"]
+    assert (
+        evidence == f"Evidence: {words.evidence_sentence(doc['verdict'], util)}"
+        and "critical path" in evidence
+    )
     findings = find(page, overview.Ids.FINDINGS.value)
-    shown = " ".join(texts(findings))
-    assert len(doc["findings"]) > 0
+    shown = "".join(texts(findings))
+    assert len(doc["findings"]) > 0 and "`" not in shown  # code spans are Code elements, not backticks
     for f in doc["findings"]:
-        assert f["title"] in shown and f["advice"] in shown
+        assert words.plain(f["title"]) in shown and words.plain(f["advice"]) in shown
     site = doc["findings"][0]["call_site"]
     assert f"{site['file']}:{site['line']} in {site['function']}" in shown
     # AND the saving card quotes the verdict's number (the best of the what-if and the findings' estimates)
@@ -333,8 +338,8 @@ def test_compare_headline_and_finding_deltas(services: Services, item: str, clea
     )
     findings = compare.finding_rows(a, b)
     gone = {r["finding"] for r in findings if r["change"] == "gone"}
-    titles_b = {f["title"] for f in b["findings"]}
-    assert gone == {f["title"] for f in a["findings"]} - titles_b and gone
+    titles_b = {words.plain(f["title"]) for f in b["findings"]}
+    assert gone == {words.plain(f["title"]) for f in a["findings"]} - titles_b and gone
     page = render(services, "/compare", f"?a={item}&b={clean}")
     assert find(page, compare.Ids.A.value).value == item
     assert "Per-step distributions" in str(find(page, compare.Ids.RESULT.value).to_plotly_json())

@@ -1,8 +1,11 @@
 """Syncs, gaps, steps and top-ops pages: the analysis JSON's lists as sortable tables with filters.
 
 ``sync_rows``, ``gap_rows`` and ``step_rows`` are the callbacks' bodies: pure functions of the analysis
-JSON and the filter values. Times are shown in ms from the window start; call sites as text. A CPU-only
-run's steps have no device columns (there is no device to be busy or idle, not 0 and the whole wall).
+JSON and the filter values. Positions are ms from the window start; a duration column takes one unit
+for the whole trace from its largest value (``stallscope.display.units.scale``: a column of 2 µs waits is
+not "0.002 ms"); call sites as text, "—" with the reason when there is none. Gaps are listed largest
+first. Kernel names are demangled for display. A CPU-only run's steps have no device columns (there is no
+device to be busy or idle, not 0 and the whole wall).
 """
 
 from __future__ import annotations
@@ -16,6 +19,11 @@ from stallscope.dashboard.headline import cpu_only
 from stallscope.dashboard.pages.common import Doc, data_table, site_text, trace_nav
 from stallscope.dashboard.services import Services
 from stallscope.dashboard.store import Entry, StoreError
+from stallscope.display.names import display_name
+from stallscope.display.units import Scale, scale
+
+NO_OP = "— (no aten op above the call)"
+NO_SITE = "— (no Python stack in the trace: record with with_stack=True)"
 
 
 class Ids(str, Enum):
@@ -38,25 +46,46 @@ def _num(cid: str, name: str, fmt: str = ",.3f") -> dict[str, Any]:
     return {"id": cid, "name": name, "type": "numeric", "format": {"specifier": fmt}}
 
 
-SYNC_COLUMNS = [
-    _num("at_ms", "at (ms)"),
-    {"id": "kind", "name": "kind"},
-    {"id": "api", "name": "api"},
-    {"id": "op", "name": "op"},
-    _num("wait_ms", "host wait (ms)"),
-    _num("bubble_ms", "device idle charged (ms)"),
-    {"id": "avoidable", "name": "avoidable"},
-    {"id": "reason", "name": "reason"},
-    {"id": "site", "name": "call site"},
-]
-GAP_COLUMNS = [
-    {"id": "device", "name": "GPU", "type": "numeric"},
-    _num("at_ms", "at (ms)"),
-    _num("dur_ms", "idle (ms)"),
-    {"id": "cause", "name": "cause"},
-    {"id": "detail", "name": "detail"},
-    {"id": "site", "name": "call site"},
-]
+def _dur(cid: str, name: str, unit: Scale) -> dict[str, Any]:
+    return _num(cid, unit.header(name), unit.specifier)
+
+
+def _scales(doc: Doc) -> dict[str, Scale]:
+    """One unit per duration column, from the whole trace's values (filters never change a header)."""
+    syncs, gaps = doc.get("syncs") or [], doc.get("gaps") or []
+    return {
+        "wait": scale(s["wait_us"] for s in syncs),
+        "bubble": scale(s["bubble_us"] for s in syncs),
+        "idle": scale(g["dur_us"] for g in gaps),
+    }
+
+
+def sync_columns(doc: Doc) -> list[dict[str, Any]]:
+    u = _scales(doc)
+    return [
+        _num("at_ms", "at (ms)"),
+        {"id": "kind", "name": "kind"},
+        {"id": "api", "name": "api"},
+        {"id": "op", "name": "op"},
+        _dur("wait", "host wait", u["wait"]),
+        _dur("bubble", "device idle charged", u["bubble"]),
+        {"id": "avoidable", "name": "avoidable"},
+        {"id": "reason", "name": "reason"},
+        {"id": "site", "name": "call site"},
+    ]
+
+
+def gap_columns(doc: Doc) -> list[dict[str, Any]]:
+    return [
+        {"id": "device", "name": "GPU", "type": "numeric"},
+        _dur("idle", "idle", _scales(doc)["idle"]),
+        _num("at_ms", "at (ms)"),
+        {"id": "cause", "name": "cause"},
+        {"id": "detail", "name": "detail"},
+        {"id": "site", "name": "call site"},
+    ]
+
+
 STEP_COLUMNS = [
     {"id": "name", "name": "step"},
     _num("at_ms", "at (ms)"),
@@ -115,7 +144,7 @@ def top_kernel_rows(doc: Doc) -> list[dict[str, Any]]:
     tc = {True: "yes", False: "no", None: "not a GEMM"}
     return [
         {
-            "name": r["name"],
+            "name": display_name(r["name"]),  # the JSON keeps the raw (mangled) name
             "total_ms": r["total_us"] / 1000,
             "busy_share": r["total_us"] / busy if busy else None,
             "count": r["count"],
@@ -131,6 +160,7 @@ def sync_rows(
     doc: Doc, kinds: list[str] | None, avoidable_only: bool, min_wait_us: float | None
 ) -> list[dict[str, Any]]:
     t0 = doc["window"]["start_us"]
+    u = _scales(doc)
     out = []
     for s in doc["syncs"]:
         if kinds and s["kind"] not in kinds:
@@ -144,29 +174,32 @@ def sync_rows(
                 "at_ms": (s["start_us"] - t0) / 1000,
                 "kind": s["kind"],
                 "api": s["api"],
-                "op": s.get("op") or "",
-                "wait_ms": s["wait_us"] / 1000,
-                "bubble_ms": s["bubble_us"] / 1000,
+                "op": s.get("op") or NO_OP,
+                "wait": u["wait"].value(s["wait_us"]),
+                "bubble": u["bubble"].value(s["bubble_us"]),
                 "avoidable": "yes" if s["avoidable"] else "no",
                 "reason": ", ".join(s.get("reason") or []),
-                "site": site_text(s.get("call_site")),
+                "site": site_text(s.get("call_site")) or NO_SITE,
             }
         )
     return out
 
 
 def gap_rows(doc: Doc, causes: list[str] | None, min_dur_us: float | None) -> list[dict[str, Any]]:
+    """The gaps that pass the filters, the largest idle first (ties: in time order)."""
     t0 = doc["window"]["start_us"]
+    idle = _scales(doc)["idle"]
+    gaps = sorted(doc["gaps"], key=lambda g: (-g["dur_us"], g["start_us"]))
     return [
         {
             "device": g["device"],
+            "idle": idle.value(g["dur_us"]),
             "at_ms": (g["start_us"] - t0) / 1000,
-            "dur_ms": g["dur_us"] / 1000,
             "cause": g["cause"],
             "detail": g.get("detail") or "",
-            "site": site_text(g.get("call_site")),
+            "site": site_text(g.get("call_site")) or "—",
         }
-        for g in doc["gaps"]
+        for g in gaps
         if (not causes or g["cause"] in causes) and not (min_dur_us and g["dur_us"] < min_dur_us)
     ]
 
@@ -238,7 +271,7 @@ def syncs_layout(services: Services, entry: Entry) -> html.Div:
         ),
     ]
     rows = sync_rows(doc, None, False, None)
-    return _page(entry, "/syncs", controls, _table(Ids.SYNC_TABLE, SYNC_COLUMNS, rows), len(rows))
+    return _page(entry, "/syncs", controls, _table(Ids.SYNC_TABLE, sync_columns(doc), rows), len(rows))
 
 
 def gaps_layout(services: Services, entry: Entry) -> html.Div:
@@ -262,7 +295,7 @@ def gaps_layout(services: Services, entry: Entry) -> html.Div:
         ),
     ]
     rows = gap_rows(doc, None, None)
-    return _page(entry, "/gaps", controls, _table(Ids.GAP_TABLE, GAP_COLUMNS, rows), len(rows))
+    return _page(entry, "/gaps", controls, _table(Ids.GAP_TABLE, gap_columns(doc), rows), len(rows))
 
 
 def steps_layout(services: Services, entry: Entry) -> html.Div:
