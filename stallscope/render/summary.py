@@ -8,6 +8,7 @@ from stallscope.analyzer.core.numbers import ratio
 from stallscope.analyzer.findings.latent import UNMEASURED, measured
 from stallscope.analyzer.load.counters import window_stats
 from stallscope.analyzer.passes.verdict import SENTENCE
+from stallscope.display.text import evidence_sentence
 from stallscope.display.units import duration as ms
 
 _MAX_STEP_ROWS = 4
@@ -62,7 +63,9 @@ def _verdict(a: Analysis) -> list[str]:
     )
     out = [f"  verdict   {SENTENCE[s.bottleneck]}; {gpu}"]
     if a.verdict is not None:
-        out.append(f"            evidence: {a.verdict.evidence()}")
+        v = a.verdict  # in words, as every view says it (stallscope.display.text)
+        shares = {"path_share": v.path_share, "sensitivity_us": v.sensitivity_us}
+        out.append(f"            evidence: {evidence_sentence(shares, v.utilization)}")
     out.extend(f"  WARNING   {w}" for w in a.warnings)
     idle = sorted(((v, c.value) for c, v in a.idle_by_cause.items() if v > 0), reverse=True)
     if idle:
