@@ -120,3 +120,17 @@ def test_mangled_kernel_names_are_demangled_in_the_report(shared_traces: Path) -
     shown = " ".join(" ".join("".join(t).split()) for _tag, _a, t in Page(kernels).elements)
     assert "cutlass_cudnn_train::Kernel<" in shown and "_ZN19cutlass" not in shown
     assert 'title="_ZN19cutlass_cudnn_train' in kernels  # the raw name stays at hand
+
+
+@pytest.mark.shared
+def test_the_pipeline_model_says_why_it_exceeds_the_recorded_time(shared_traces: Path) -> None:
+    # GIVEN a trace whose host and device already overlap inside its one step (pipelined > recorded)
+    a = analyze(load(shared_traces / "tracelens_h100_bert_small_pystack.pt.trace.json.gz"))
+    assert a.pipeline is not None and a.pipeline.pipelined_us > a.window.dur_us
+    page = report.render(a, report.ReportOptions(cdn=True))
+    _attrs, note = Page(page).by_id("pipeline-note")
+    assert (
+        f"so it took {report.ms(a.window.dur_us)}, less than the model's {report.ms(a.pipeline.pipelined_us)}"
+        in note
+    )
+    assert "`" not in _visible_text(page)

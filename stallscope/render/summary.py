@@ -30,6 +30,11 @@ def render(a: Analysis, top: int = 3, top_ops: int | None = None) -> str:
             f"  pipeline  P {ms(p.host_prep_us)} host, G {ms(p.device_us)} device, n {p.batches}: "
             f"serial {ms(p.serial_us)}, pipelined {ms(p.pipelined_us)} ({p.bottleneck} is the slower stage)"
         )
+        if p.pipelined_us > a.window.dur_us > 0:  # an idealised model: see stallscope.display.text
+            lines.append(
+                f"            the model runs P then G within a step; this run overlapped them and took "
+                f"{ms(a.window.dur_us)}"
+            )
     lines.extend(_trace(a))
     lines.extend(_steps(a))
     lines.extend(_run_steps(a))
