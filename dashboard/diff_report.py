@@ -16,6 +16,7 @@ from stallscope.analyzer.passes.verdict import SENTENCE
 from stallscope.dashboard import palette
 from stallscope.dashboard.report import _environment, ms
 from stallscope.display.names import display_name
+from stallscope.display.text import evidence_sentence
 from stallscope.display.units import signed
 
 Doc = dict[str, Any]
@@ -125,7 +126,8 @@ def _cells(label: str, delta: Doc, how: str, better: int) -> Doc:
 def _verdict(v: Doc) -> Doc:
     if v["cpu_only"]:
         return {"text": "CPU-only profile: no device work, nothing waited on a GPU", "evidence": ""}
-    return {"text": SENTENCE.get(v["bottleneck"] or "", "no verdict"), "evidence": v["evidence"]}
+    words = evidence_sentence(v, v.get("utilization")) if v.get("sensitivity_us") else v["evidence"]
+    return {"text": SENTENCE.get(v["bottleneck"] or "", "no verdict"), "evidence": words}
 
 
 def table_row(r: Doc) -> Doc:

@@ -123,6 +123,9 @@ def test_the_terminal_summary_says_what_went_and_has_no_colour_codes(
     lines = out.splitlines()
     assert lines[2].startswith("  wall      15.82 ms -> 14.56 ms   -1.26 ms (-8%)")
     assert "verdict   unchanged: device-bound" in out
+    # the evidence in words, from each side's verdict numbers (not the "{device, host, ...}" line)
+    evidence = [line for line in lines if " evidence: " in line]
+    assert len(evidence) == 2 and all("would save" in e and "{" not in e for e in evidence)
     (gone,) = [line for line in lines if "scalar_read at" in line]
     assert gone.split()[:4] == ["gone", "4", "->", "0"] and gone.endswith(f"scalar_read at {SITE}")
     assert any(line.split()[:1] == ["no_avoidable_syncs"] for line in lines)
@@ -221,7 +224,14 @@ def test_a_cpu_only_side_has_no_device_figures(tmp_path: Path, capsys: pytest.Ca
     assert d["device_utilization"]["after"] == pytest.approx(
         analysis_doc(gpu)["summary"]["device_utilization"]
     )
-    assert d["verdict"]["before"] == {"bottleneck": None, "evidence": "", "cpu_only": True}
+    assert d["verdict"]["before"] == {
+        "bottleneck": None,
+        "evidence": "",
+        "cpu_only": True,
+        "utilization": None,
+        "path_share": None,
+        "sensitivity_us": None,
+    }
     assert d["verdict"]["changed"] is True
     assert "before is a CPU-only run: no device, sync-wait or device what-if figures" in d["notes"][0]
     whatif = {w["scenario"]: w["saving_us"] for w in d["whatif"]}

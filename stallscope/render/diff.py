@@ -8,6 +8,7 @@ import re
 
 from stallscope.analyzer.document.diff import Delta, Diff, Gate, RowDelta, Status, VerdictSide
 from stallscope.analyzer.passes.verdict import SENTENCE
+from stallscope.display.text import evidence_sentence
 from stallscope.display.units import duration as ms
 from stallscope.display.units import signed
 
@@ -93,8 +94,13 @@ def _verdict(d: Diff) -> list[str]:
     else:
         out = [f"  verdict   before {_bound(a)}", f"            after  {_bound(b)}"]
     for side, v in (("before", a), ("after ", b)):
-        if v.evidence:
-            out.append(f"            {side} evidence: {v.evidence}")
+        words = (
+            evidence_sentence({"path_share": v.path_share, "sensitivity_us": v.sensitivity_us}, v.utilization)
+            if v.sensitivity_us
+            else v.evidence  # an older document: its own line
+        )
+        if words:
+            out.append(f"            {side} evidence: {words}")
     return out
 
 
