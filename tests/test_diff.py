@@ -486,3 +486,13 @@ def test_as_a_subprocess_piped_output_is_plain_text_and_check_exits_1(tmp_path: 
     assert check.returncode == 1 and "FAIL wall" in check.stdout and check.stderr == ""
     bad = cli("diff", fast, str(tmp_path / "nope.json"))
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "nope.json" in bad.stderr
+
+
+def test_the_html_page_shows_code_not_backticks(tmp_path: Path) -> None:
+    # GIVEN the removed `.item()` sync, whose finding title marks code with backticks
+    before, after = write(loop("before", item=True), tmp_path), write(loop("after"), tmp_path)
+    page = tmp_path / "diff.html"
+    assert main(["diff", before, after, "--report", str(page), "-q", "--no-cache"]) == 0
+    body = page.read_text().split("<body", 1)[1].split("<script", 1)[0]  # the page, not its JSON data
+    # THEN the title's code is a <code> element and no backtick is left in the page's text
+    assert "<code>.item()</code>" in body and "`" not in body
