@@ -95,3 +95,11 @@ def test_the_pipeline_note_says_why_pipelined_exceeds_the_recorded_time() -> Non
 def test_docs_glossary_matches_the_glossary_the_views_use() -> None:
     assert (DOCS / "glossary.md").read_text(encoding="utf-8") == glossary.markdown()
     assert len({t.slug for t in glossary.TERMS}) == len(glossary.TERMS)
+
+
+def test_chart_labels_read_a_time_as_the_cards_do() -> None:
+    from stallscope.dashboard import charts
+
+    # GIVEN 114 µs of idle (a card reads "114.0 µs"), WHEN drawn as a bar, THEN its label reads the same
+    bar = charts._share_bars({"unknown": 114.0}, ("unknown",), {"unknown": "#888888"}, 1000.0)
+    assert tuple(bar.text) == (f"{units.duration(114.0)} (11%)",) == ("114.0 µs (11%)",)
