@@ -129,3 +129,23 @@ def test_top_kernels_are_demangled_on_the_dashboard(services: Services, shared_t
     assert any(n.startswith("void cutlass_cudnn_train::Kernel<") for n in shown)
     assert not any(n.startswith("_Z") for n in shown)
     assert any(r["name"].startswith("_ZN19cutlass") for r in doc["tops"]["kernels"])  # the JSON keeps it
+
+
+def test_the_glossary_page_holds_every_term_the_pages_link_to(services: Services, job_id: str) -> None:
+    from dash import dcc
+
+    from stallscope.display import glossary
+
+    page = render(services, "/glossary")
+    anchors = {t.anchor for t in glossary.TERMS}
+    assert all(find(page, a) is not None for a in anchors)
+
+    def links(c: object) -> list[str]:
+        if c is None or isinstance(c, str | int | float):
+            return []
+        own = [c.href] if isinstance(c, dcc.Link) else []
+        kids = getattr(c, "children", None)
+        return own + [h for k in (kids if isinstance(kids, list | tuple) else [kids]) for h in links(k)]
+
+    linked = [h for h in links(render(services, f"/trace/{job_id}/job")) if h.startswith("/glossary#")]
+    assert linked and {h.split("#", 1)[1] for h in linked} <= anchors
