@@ -103,3 +103,9 @@ def test_chart_labels_read_a_time_as_the_cards_do() -> None:
     # GIVEN 114 µs of idle (a card reads "114.0 µs"), WHEN drawn as a bar, THEN its label reads the same
     bar = charts._share_bars({"unknown": 114.0}, ("unknown",), {"unknown": "#888888"}, 1000.0)
     assert tuple(bar.text) == (f"{units.duration(114.0)} (11%)",) == ("114.0 µs (11%)",)
+
+
+def test_code_spans_in_html_are_escaped_inside_and_out() -> None:
+    # GIVEN hostile trace text inside and outside a code span, WHEN rendered as HTML, THEN text only
+    out = str(report.code_html("`<script>alert(1)</script>` & <b>x</b>"))
+    assert out == "<code>&lt;script&gt;alert(1)&lt;/script&gt;</code> &amp; &lt;b&gt;x&lt;/b&gt;"
