@@ -208,7 +208,10 @@ def heatmap(job: Doc, key: str) -> Doc:
         row = []
         for step in steps:
             v = values.get((rank, step))
-            row.append({"us": v, "background": _shade(colour, v / top if v is not None and top > 0 else 0.0)})
+            shade = _shade(colour, v / top if v is not None and top > 0 else 0.0)
+            # a rank that was never last in the step: "—", not "0.0 µs" of lateness
+            text = "" if v is None else ("—" if key == LATE and v == 0 else ms(v))
+            row.append({"us": v, "background": shade, "text": text})
         rows.append({"rank": rank, "cells": row})
     return {"key": key, "label": label, "steps": steps, "rows": rows, "max_us": top}
 

@@ -56,8 +56,10 @@ def report_shots(driver: Any, job: Path, work: Path) -> None:
     driver.get(page.as_uri())
     wait_for(driver, "return document.body.getAttribute('data-drawn') === 'all'")
     driver.save_screenshot(str(OUT / "report-top.png"))
-    for target, name in (("#job", "report-job.png"), ("#timelines", "report-timeline.png")):
+    for target, name in (("#heatmap-late_us", "report-job.png"), ("#timelines", "report-timeline.png")):
+        # the section's heading above the target in view too
         driver.execute_script(f"document.querySelector('{target}').scrollIntoView()")
+        driver.execute_script("window.scrollBy(0, -60)")
         time.sleep(0.5)
         driver.save_screenshot(str(OUT / name))
 

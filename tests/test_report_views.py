@@ -134,3 +134,11 @@ def test_the_pipeline_model_says_why_it_exceeds_the_recorded_time(shared_traces:
         in note
     )
     assert "`" not in _visible_text(page)
+
+
+def test_skew_charts_tick_on_whole_call_numbers(planted_job: tuple[str, dict[str, object]]) -> None:
+    _page, job = planted_job
+    for fig in job_report.skew_figures(job).values():
+        axis = fig["layout"]["xaxis"]
+        assert axis["tickmode"] == "linear" and axis["dtick"] >= 1 and axis["tickformat"] == "d"
+        assert float(axis["tick0"]).is_integer()
