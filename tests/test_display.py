@@ -109,3 +109,10 @@ def test_code_spans_in_html_are_escaped_inside_and_out() -> None:
     # GIVEN hostile trace text inside and outside a code span, WHEN rendered as HTML, THEN text only
     out = str(report.code_html("`<script>alert(1)</script>` & <b>x</b>"))
     assert out == "<code>&lt;script&gt;alert(1)&lt;/script&gt;</code> &amp; &lt;b&gt;x&lt;/b&gt;"
+
+
+def test_analyzer_prose_spells_microseconds_as_the_numbers_do() -> None:
+    assert (
+        text.prose_units("261 launches of 3.0 us median kernels") == "261 launches of 3.0 µs median kernels"
+    )
+    assert text.prose_units("10 users in the bus, 3 us") == "10 users in the bus, 3 µs"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from stallscope.analyzer.job.result import JobAnalysis
 from stallscope.analyzer.job.stragglers import MIN_LATE_US
+from stallscope.display.text import prose_units
 from stallscope.display.units import duration as ms
 from stallscope.display.units import saving
 
@@ -37,10 +38,10 @@ def render_job(j: JobAnalysis, top: int = 3) -> str:
         )
         worst = j.worst(1)[0]
         if worst.late_us >= MIN_LATE_US:
-            lines.append(f"            worst: {worst.sentence}")
+            lines.append(f"            worst: {prose_units(worst.sentence)}")
     for i, f in enumerate(j.findings[:top], 1):
         label = "  straggle" if i == 1 else "          "
-        lines.append(f"{label}{i:>2}. [{f.severity.value}] {f.title}")
+        lines.append(f"{label}{i:>2}. [{f.severity.value}] {prose_units(f.title)}")
         lines.append(f"              fix: {f.advice}")
     late = [s for s in j.rank_stats if s.times_last]
     if late:

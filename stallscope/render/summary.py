@@ -8,7 +8,7 @@ from stallscope.analyzer.core.numbers import ratio
 from stallscope.analyzer.findings.latent import UNMEASURED, measured
 from stallscope.analyzer.load.counters import window_stats
 from stallscope.analyzer.passes.verdict import SENTENCE
-from stallscope.display.text import evidence_sentence
+from stallscope.display.text import evidence_sentence, prose_units
 from stallscope.display.units import duration as ms
 
 _MAX_STEP_ROWS = 4
@@ -119,7 +119,7 @@ def _findings(a: Analysis, top: int) -> list[str]:
         label = "  findings" if i == 1 else "          "
         saving = f", saves ~{ms(f.est_saving_us)}" if f.est_saving_us > 0 else ""
         cost = f"costs {ms(f.time_us)}" if measured(f.rule) else UNMEASURED
-        rows.append(f"{label}{i:>2}. [{f.severity.value}] {f.title} ({cost}{saving})")
+        rows.append(f"{label}{i:>2}. [{f.severity.value}] {prose_units(f.title)} ({cost}{saving})")
         rows.append(f"              fix: {f.advice}")
     if len(a.findings) > top:
         rows.append(f"              ... {len(a.findings) - top} more (--top N, or --json)")
