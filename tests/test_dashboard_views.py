@@ -61,7 +61,11 @@ def test_a_job_upload_leads_with_the_job_everywhere(services: Services, job_id: 
     assert find(jp, job_page.Ids.VERDICT.value).children == sentence
     ranks = find(jp, job_page.Ids.RANKS.value).data
     assert ranks[0]["id"] == 2 and len(ranks) == 3
-    assert {"wall", "device busy", "waited"} <= set(ranks[0])
+    assert {"wall", "busy", "waited", "late"} <= set(ranks[0])
+    walls = {r["rank"]: r["wall_us"] for r in doc["job"]["ranks"]}
+    unit = next(c for c in find(jp, job_page.Ids.RANKS.value).columns if c["id"] == "wall")
+    assert unit["type"] == "numeric" and unit["name"] == "wall (ms)"  # sorts as numbers
+    assert ranks[0]["wall"] == pytest.approx(walls[2] / 1000, abs=1e-3)
     assert not any(t.startswith("−") for t in texts(jp))
     # AND the traces list and `upload --wait` say who held the job back
     row = next(r for r in traces.rows(services.store.entries(), "") if r["id"] == job_id)

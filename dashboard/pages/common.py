@@ -18,7 +18,7 @@ from stallscope.dashboard.services import Services
 from stallscope.dashboard.store import Entry, Status, StoreError
 from stallscope.display import glossary
 from stallscope.display.text import code_spans
-from stallscope.display.units import duration
+from stallscope.display.units import Scale, duration
 
 
 class Shell(str, Enum):
@@ -84,6 +84,17 @@ def ms(us: float | None) -> str:
     """The time format of every view (``stallscope.display.units.duration``), "—" for a value that does
     not exist."""
     return duration(us)
+
+
+def duration_column(cid: str, name: str, unit: Scale, missing: str = "—") -> dict[str, Any]:
+    """A numeric (so numerically sortable) table column of durations in ``unit`` (``units.scale`` of the
+    column's values), its unit in the header; a null cell reads ``missing``."""
+    return {
+        "id": cid,
+        "name": unit.header(name),
+        "type": "numeric",
+        "format": {"specifier": unit.specifier, "nully": missing},
+    }
 
 
 def code_text(text: str) -> list[Any]:

@@ -19,6 +19,7 @@ from stallscope.dashboard.pages.common import (
     card,
     code_text,
     data_table,
+    duration_column,
     message,
     ms,
     pct,
@@ -27,7 +28,7 @@ from stallscope.dashboard.pages.common import (
 )
 from stallscope.dashboard.services import Services
 from stallscope.dashboard.store import Entry, StoreError
-from stallscope.display.units import saving
+from stallscope.display.units import Scale, saving, scale
 
 _METRICS = {key: label for key, label, _ in job_report.METRICS}
 
@@ -158,8 +159,8 @@ def layout(services: Services, entry: Entry) -> html.Div:
                     ),
                     data_table(
                         id=Ids.RANKS.value,
-                        columns=[{"id": k, "name": k} for k in _COLUMNS],
-                        data=[_rank_row(r, job) for r in v["ranks"]],
+                        columns=rank_columns(v["ranks"]),
+                        data=rank_rows(v["ranks"], job),
                         sort_action="native",
                     ),
                 ],
@@ -182,22 +183,52 @@ def layout(services: Services, entry: Entry) -> html.Div:
     )
 
 
-_COLUMNS = ("rank", "late (made others wait)", "times last", "wall", "device busy", "waited", "file")
+#: (row key, header, the job verdict's rank field): durations, each column in one unit
+_DURATIONS = (
+    ("late", "late (made others wait)", "late_us"),
+    ("wall", "wall", "wall_us"),
+    ("busy", "device busy", "busy_us"),
+    ("waited", "waited in collectives", "waited_us"),
+)
 
 
-def _rank_row(r: Doc, job: Doc) -> Doc:
-    """A rank of ``job_report.job_verdict`` (the straggler first) as a table row."""
-    path = next((x["path"] for x in job["ranks"] if x["rank"] == r["rank"]), "")
-    return {
-        "id": r["rank"],  # the table's row id: a click names the rank whatever the sort
-        "rank": f"{r['rank']} (straggler)" if r["straggler"] else str(r["rank"]),
-        "late (made others wait)": ms(r["late_us"]) if r["late_us"] > 0 else "never last",
-        "times last": r["times_last"],
-        "wall": ms(r["wall_us"]),
-        "device busy": ms(r["busy_us"]),
-        "waited": ms(r["waited_us"]),
-        "file": path,
-    }
+def _scales(ranks: list[Doc]) -> dict[str, Scale]:
+    return {key: scale(r[field] for r in ranks) for key, _name, field in _DURATIONS}
+
+
+def rank_columns(ranks: list[Doc]) -> list[dict[str, Any]]:
+    """The ranks table's columns: numbers (so they sort as numbers), a unit per column."""
+    units = _scales(ranks)
+    durations = [
+        duration_column(key, name, units[key], "never last" if key == "late" else "—")
+        for key, name, _field in _DURATIONS
+    ]
+    return [
+        {"id": "rank", "name": "rank"},
+        durations[0],
+        {"id": "times last", "name": "times last", "type": "numeric"},
+        *durations[1:],
+        {"id": "file", "name": "file"},
+    ]
+
+
+def rank_rows(ranks: list[Doc], job: Doc) -> list[Doc]:
+    """``job_report.job_verdict``'s ranks (the straggler first) as table rows."""
+    units = _scales(ranks)
+    paths = {x["rank"]: x["path"] for x in job["ranks"]}
+    return [
+        {
+            "id": r["rank"],  # the table's row id: a click names the rank whatever the sort
+            "rank": f"{r['rank']} (straggler)" if r["straggler"] else str(r["rank"]),
+            "times last": r["times_last"],
+            "file": paths.get(r["rank"], ""),
+        }
+        | {
+            key: None if key == "late" and not r[field] else units[key].value(r[field])
+            for key, _name, field in _DURATIONS
+        }
+        for r in ranks
+    ]
 
 
 def on_metric(services: Services, trace_id: str, key: str | None) -> Any:
