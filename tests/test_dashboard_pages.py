@@ -211,14 +211,16 @@ def test_a_cpu_only_trace_says_cpu_only_instead_of_zero_utilization(services: Se
     # ... its top host ops instead (the main answer of a CPU-only run), as the JSON's tops
     top = find(page, overview.Ids.TOP_OPS.value)
     assert [r["name"] for r in top.data] == [r["name"] for r in raw["tops"]["ops"][:5]]
-    assert top.data[0]["self_ms"] == pytest.approx(raw["tops"]["ops"][0]["self_us"] / 1000)
+    unit = tables.top_op_units(raw)["self"]
+    assert top.data[0]["self"] == pytest.approx(unit.value(raw["tops"]["ops"][0]["self_us"]))
     assert find(render(services, f"/trace/{item}"), overview.Ids.TOP_OPS.value) is None
     # steps: no device busy/idle columns (not 0 and the whole wall)
     steps = find(render(services, f"/trace/{cpu}/steps"), tables.Ids.STEP_TABLE.value)
-    assert "idle_ms" not in {c["id"] for c in steps.columns} and "idle_ms" not in steps.data[0]
-    assert [r["dur_ms"] for r in steps.data] == [pytest.approx(x["dur_us"] / 1000) for x in raw["steps"]]
+    assert "idle" not in {c["id"] for c in steps.columns} and "idle" not in steps.data[0]
+    wall = tables.step_units(raw)["dur"]
+    assert [r["dur"] for r in steps.data] == [pytest.approx(wall.value(x["dur_us"])) for x in raw["steps"]]
     gpu_steps = find(render(services, f"/trace/{item}/steps"), tables.Ids.STEP_TABLE.value)
-    assert "idle_ms" in {c["id"] for c in gpu_steps.columns}
+    assert "idle" in {c["id"] for c in gpu_steps.columns}
     gpu_cards = cards(render(services, f"/trace/{item}"))
     assert gpu_cards["GPU utilization"] == f"{gpu['device_utilization']:.1%}"
     assert gpu_cards["bottleneck"] == gpu["bottleneck"]
@@ -308,7 +310,8 @@ def test_top_ops_page_shows_the_analysis_tops_with_shares(services: Services, it
     assert [r["name"] for r in ops] == [r["name"] for r in doc["tops"]["ops"]]
     first = doc["tops"]["ops"][0]
     assert ops[0]["self_share"] == pytest.approx(first["self_us"] / doc["window"]["dur_us"])
-    assert ops[0]["per_step_ms"] == pytest.approx(first["self_us"] / len(doc["steps"]) / 1000)
+    per_step = tables.top_op_units(doc)["per_step"]
+    assert ops[0]["per_step"] == pytest.approx(per_step.value(first["self_us"] / len(doc["steps"])))
     k = doc["tops"]["kernels"][0]
     assert kernels[0]["name"] == k["name"] and kernels[0]["count"] == k["count"]
     assert kernels[0]["busy_share"] == pytest.approx(k["total_us"] / doc["summary"]["device_busy_us"])

@@ -167,7 +167,7 @@ def _job_panel(entry: Entry, doc: Doc) -> html.Div | None:
 
 def _top_ops_panel(entry: Entry, doc: Doc) -> html.Div | None:
     """A CPU-only run's main answer: the host ops with the most self time (the Top ops tab has all)."""
-    from stallscope.dashboard.pages.tables import TOP_OP_COLUMNS, top_op_rows
+    from stallscope.dashboard.pages.tables import top_op_columns, top_op_rows
 
     rows = top_op_rows(doc, limit=5)
     if not rows:
@@ -175,7 +175,7 @@ def _top_ops_panel(entry: Entry, doc: Doc) -> html.Div | None:
     return html.Div(
         [
             html.H2("Where the host's time went"),
-            data_table(id=Ids.TOP_OPS.value, columns=TOP_OP_COLUMNS, data=rows, sort_action="native"),
+            data_table(id=Ids.TOP_OPS.value, columns=top_op_columns(doc), data=rows, sort_action="native"),
             dcc.Link("every top op", href=f"/trace/{entry.id}/tops"),
         ],
         className="ss-panel",

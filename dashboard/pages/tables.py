@@ -86,55 +86,112 @@ def gap_columns(doc: Doc) -> list[dict[str, Any]]:
     ]
 
 
-STEP_COLUMNS = [
-    {"id": "name", "name": "step"},
-    _num("at_ms", "at (ms)"),
-    _num("dur_ms", "wall (ms)"),
-    _num("busy_ms", "device busy (ms)"),
-    _num("idle_ms", "device idle (ms)"),
-    _num("wait_ms", "host sync wait (ms)"),
-]
-DEVICE_STEP_COLUMNS = ("busy_ms", "idle_ms")
-TOP_OP_COLUMNS = [
-    {"id": "name", "name": "op"},
-    _num("self_ms", "self (ms)"),
-    _num("self_share", "share of window", ".1%"),
-    _num("total_ms", "total (ms)"),
-    _num("count", "calls", ","),
-    _num("in_steps", "in steps", ","),
-    _num("per_step_ms", "self per step (ms)"),
-]
-TOP_KERNEL_COLUMNS = [
-    {"id": "name", "name": "kernel"},
-    _num("total_ms", "total (ms)"),
-    _num("busy_share", "share of device busy", ".1%"),
-    _num("count", "calls", ","),
-    _num("mean_ms", "mean (ms)"),
-    {"id": "tensor_cores", "name": "tensor cores"},
-    _num("per_step_ms", "per step (ms)"),
-]
+#: (column id, header, the JSON's µs field; None: per step, derived) of each table's duration columns
+_Keys = tuple[tuple[str, str, str | None], ...]
+_STEP_KEYS: _Keys = (
+    ("dur", "wall", "dur_us"),
+    ("busy", "device busy", "device_busy_us"),
+    ("idle", "device idle", "device_idle_us"),
+    ("wait", "host sync wait", "host_sync_wait_us"),
+)
+DEVICE_STEP_COLUMNS = ("busy", "idle")
+_OP_KEYS: _Keys = (
+    ("self", "self", "self_us"),
+    ("total", "total", "total_us"),
+    ("per_step", "self per step", None),
+)
+_KERNEL_KEYS: _Keys = (
+    ("total", "total", "total_us"),
+    ("mean", "mean", "mean_us"),
+    ("per_step", "per step", None),
+)
+
+
+def _units(rows: list[Doc], keys: _Keys, per_step: str | None, n: int) -> dict[str, Scale]:
+    """One unit per duration column of a whole table (filters never change a header)."""
+    out = {}
+    for key, _name, field in keys:
+        if field is not None:
+            out[key] = scale(r[field] for r in rows)  # null on a CPU-only run's device columns
+        elif per_step == "self":
+            out[key] = scale(r["self_us"] / n for r in rows if n)
+        else:
+            out[key] = scale(r["per_step_us"] for r in rows)
+    return out
+
+
+def _tops(doc: Doc, which: str) -> list[Doc]:
+    return list((doc.get("tops") or {}).get(which, []))
+
+
+def step_units(doc: Doc) -> dict[str, Scale]:
+    return _units(doc["steps"], _STEP_KEYS, None, 0)
+
+
+def top_op_units(doc: Doc) -> dict[str, Scale]:
+    return _units(_tops(doc, "ops"), _OP_KEYS, "self", len(doc["steps"]))
+
+
+def top_kernel_units(doc: Doc) -> dict[str, Scale]:
+    return _units(_tops(doc, "kernels"), _KERNEL_KEYS, "kernel", len(doc["steps"]))
 
 
 def step_columns(doc: Doc) -> list[dict[str, Any]]:
     """The steps table's columns: no device busy/idle for a CPU-only run."""
-    return [c for c in STEP_COLUMNS if not (cpu_only(doc) and c["id"] in DEVICE_STEP_COLUMNS)]
+    u = step_units(doc)
+    return [
+        {"id": "name", "name": "step"},
+        _num("at_ms", "at (ms)"),
+        *(
+            _dur(key, name, u[key])
+            for key, name, _f in _STEP_KEYS
+            if not (cpu_only(doc) and key in DEVICE_STEP_COLUMNS)
+        ),
+    ]
+
+
+def top_op_columns(doc: Doc) -> list[dict[str, Any]]:
+    u = top_op_units(doc)
+    return [
+        {"id": "name", "name": "op"},
+        _dur("self", "self", u["self"]),
+        _num("self_share", "share of window", ".1%"),
+        _dur("total", "total", u["total"]),
+        _num("count", "calls", ","),
+        _num("in_steps", "in steps", ","),
+        _dur("per_step", "self per step", u["per_step"]),
+    ]
+
+
+def top_kernel_columns(doc: Doc) -> list[dict[str, Any]]:
+    u = top_kernel_units(doc)
+    return [
+        {"id": "name", "name": "kernel"},
+        _dur("total", "total", u["total"]),
+        _num("busy_share", "share of device busy", ".1%"),
+        _num("count", "calls", ","),
+        _dur("mean", "mean", u["mean"]),
+        {"id": "tensor_cores", "name": "tensor cores"},
+        _dur("per_step", "per step", u["per_step"]),
+    ]
 
 
 def top_op_rows(doc: Doc, limit: int | None = None) -> list[dict[str, Any]]:
     """The JSON's top ops (by self time) with their share of the window and self time per step."""
     window = doc["window"]["dur_us"]
     steps = len(doc["steps"])
+    u = top_op_units(doc)
     return [
         {
             "name": r["name"],
-            "self_ms": r["self_us"] / 1000,
+            "self": u["self"].value(r["self_us"]),
             "self_share": r["self_us"] / window if window else None,
-            "total_ms": r["total_us"] / 1000,
+            "total": u["total"].value(r["total_us"]),
             "count": r["count"],
             "in_steps": r["in_steps"],
-            "per_step_ms": r["self_us"] / steps / 1000 if steps else None,
+            "per_step": u["per_step"].value(r["self_us"] / steps) if steps else None,
         }
-        for r in (doc.get("tops") or {}).get("ops", [])[:limit]
+        for r in _tops(doc, "ops")[:limit]
     ]
 
 
@@ -142,17 +199,18 @@ def top_kernel_rows(doc: Doc) -> list[dict[str, Any]]:
     """The JSON's top kernels (by device time) with their share of the device's busy time."""
     busy = doc["summary"].get("device_busy_us") or 0.0
     tc = {True: "yes", False: "no", None: "not a GEMM"}
+    u = top_kernel_units(doc)
     return [
         {
             "name": display_name(r["name"]),  # the JSON keeps the raw (mangled) name
-            "total_ms": r["total_us"] / 1000,
+            "total": u["total"].value(r["total_us"]),
             "busy_share": r["total_us"] / busy if busy else None,
             "count": r["count"],
-            "mean_ms": r["mean_us"] / 1000,
+            "mean": u["mean"].value(r["mean_us"]),
             "tensor_cores": tc[r["tensor_cores"]],
-            "per_step_ms": None if r["per_step_us"] is None else r["per_step_us"] / 1000,
+            "per_step": u["per_step"].value(r["per_step_us"]),
         }
-        for r in (doc.get("tops") or {}).get("kernels", [])
+        for r in _tops(doc, "kernels")
     ]
 
 
@@ -208,17 +266,16 @@ def step_rows(doc: Doc, search: str | None) -> list[dict[str, Any]]:
     t0 = doc["window"]["start_us"]
     needle = (search or "").strip().lower()
     device = not cpu_only(doc)
+    u = step_units(doc)
     return [
         {
             "name": s["name"],
             "at_ms": (s["start_us"] - t0) / 1000,
-            "dur_ms": s["dur_us"] / 1000,
-            **(
-                {"busy_ms": s["device_busy_us"] / 1000, "idle_ms": s["device_idle_us"] / 1000}
-                if device
-                else {}
-            ),
-            "wait_ms": s["host_sync_wait_us"] / 1000,
+            **{
+                key: u[key].value(s[field])
+                for key, _name, field in _STEP_KEYS
+                if device or key not in DEVICE_STEP_COLUMNS
+            },
         }
         for s in doc["steps"]
         if needle in s["name"].lower()
@@ -312,14 +369,14 @@ def tops_layout(services: Services, entry: Entry) -> html.Div:
     parts: list[Any] = [
         trace_nav(entry, "/tops"),
         html.H3("Host ops by self time"),
-        _table(Ids.TOP_OPS, TOP_OP_COLUMNS, ops)
+        _table(Ids.TOP_OPS, top_op_columns(doc), ops)
         if ops
         else html.P("No host ops in the window.", className="muted"),
     ]
     if kernels or not cpu_only(doc):
         parts += [
             html.H3("Kernels by device time"),
-            _table(Ids.TOP_KERNELS, TOP_KERNEL_COLUMNS, kernels)
+            _table(Ids.TOP_KERNELS, top_kernel_columns(doc), kernels)
             if kernels
             else html.P("No kernels in the window.", className="muted"),
         ]
