@@ -48,6 +48,7 @@ def create_app(services: Services) -> dash.Dash:
                         dcc.Link("stallscope", href="/", className="ss-brand"),
                         dcc.Link("Traces", href="/"),
                         dcc.Link("Compare", href="/compare"),
+                        dcc.Link("Glossary", href="/glossary"),
                     ],
                     className="ss-inner",
                 ),

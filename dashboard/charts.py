@@ -15,6 +15,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from stallscope.dashboard import palette
+from stallscope.display.units import duration
 
 Doc = dict[str, Any]
 
@@ -49,7 +50,8 @@ def _share_bars(
         x=ms,
         y=names,
         marker={"color": [color[k] for k in names]},
-        text=[f"{v:,.2f} ms ({s:.0%})" for v, s in zip(ms, share, strict=True)],
+        # the label reads as every view writes a time (stallscope.display.units); the axis is in ms
+        text=[f"{duration(values.get(k, 0.0))} ({s:.0%})" for k, s in zip(names, share, strict=True)],
         textposition="auto",
         cliponaxis=False,
         hovertemplate="%{y}: %{x:,.3f} ms<extra></extra>",
@@ -177,7 +179,7 @@ def pipeline(doc: Doc) -> go.Figure | None:
             fig.add_annotation(
                 x=_ms(end),
                 y=row,
-                text=f"{label} {_ms(end):,.2f} ms",
+                text=f"{label} {duration(end)}",
                 showarrow=False,
                 xanchor="left",
                 xshift=6,

@@ -15,6 +15,9 @@ from typing import Any
 from stallscope.analyzer.passes.verdict import SENTENCE
 from stallscope.dashboard import palette
 from stallscope.dashboard.report import _environment, ms
+from stallscope.display.names import display_name
+from stallscope.display.text import evidence_sentence
+from stallscope.display.units import signed
 
 Doc = dict[str, Any]
 ABSENT = "—"  # a figure that does not exist on that side (a CPU-only run's device idle)
@@ -70,7 +73,7 @@ def render(doc: Doc) -> str:
             "note": steps["note"],
         },
         "tables": [
-            {"id": key, "title": title, "what": what, "rows": [_row(r) for r in doc[key]]}
+            {"id": key, "title": title, "what": what, "rows": [table_row(r) for r in doc[key]]}
             for key, title, what in _TABLES
         ],
         "whatif": [_whatif(doc, w) for w in doc["whatif"]],
@@ -104,8 +107,7 @@ def _fmt(delta: Doc, how: str, better: int) -> Doc:
     elif how == "pct":
         text = f"{change * 100:+.1f} pts"
     else:
-        sign = "+" if change >= 0 else "-"
-        text = (f"{sign}{ms(abs(change))}" if how == "ms" else f"{change:+,.0f}") + (
+        text = (signed(change) if how == "ms" else f"{change:+,.0f}") + (
             f" ({rel:+.0%})" if rel is not None else ""
         )
     tone = "" if not change or not better else ("better" if (change > 0) == (better > 0) else "worse")
@@ -124,14 +126,17 @@ def _cells(label: str, delta: Doc, how: str, better: int) -> Doc:
 def _verdict(v: Doc) -> Doc:
     if v["cpu_only"]:
         return {"text": "CPU-only profile: no device work, nothing waited on a GPU", "evidence": ""}
-    return {"text": SENTENCE.get(v["bottleneck"] or "", "no verdict"), "evidence": v["evidence"]}
+    words = evidence_sentence(v, v.get("utilization")) if v.get("sensitivity_us") else v["evidence"]
+    return {"text": SENTENCE.get(v["bottleneck"] or "", "no verdict"), "evidence": words}
 
 
-def _row(r: Doc) -> Doc:
+def table_row(r: Doc) -> Doc:
+    """One changed row of the diff (an op, kernel, sync site or finding) as text: the diff page's and
+    the dashboard's compare page's. Kernel names are demangled for display (the JSON keeps them raw)."""
     counts = _fmt(r["count"], "n", 0)
     times = _fmt(r["time_us"], "ms", -1)
     return {
-        "name": r["name"],
+        "name": display_name(r["name"]),
         "detail": r["detail"],
         "status": r["status"],
         "count": f"{counts['before']} → {counts['after']}",

@@ -48,16 +48,59 @@ def best_saving(doc: Doc) -> tuple[float, int | None]:
     return saving, source
 
 
+def straggler(job: Doc) -> int | None:
+    """The rank that made a job wait most (the most lateness in all), or None when none was late."""
+    late = [s for s in job.get("stragglers") or [] if s["late_us"] > 0]
+    return int(max(late, key=lambda s: (s["late_us"], -s["rank"]))["rank"]) if late else None
+
+
+def job_summary(doc: Doc) -> Doc | None:
+    """A job's headline numbers (the analysis JSON's ``job`` key), None for a single rank: ranks, job
+    wall, the straggler and its lateness, time waited in collectives, the no-stragglers saving."""
+    job = doc.get("job")
+    if not job:
+        return None
+    rank = straggler(job)
+    late = next((s["late_us"] for s in job.get("stragglers") or [] if s["rank"] == rank), 0.0)
+    w = (job.get("whatif") or [None])[0]
+    return {
+        "ranks": len(job["ranks"]),
+        "wall_us": job["wall_us"],
+        "straggler": rank,
+        "straggler_late_us": late,
+        "waited_us": job["collectives"]["wait_us"],
+        "saving_us": w["saving_us"] if w else 0.0,
+    }
+
+
 def catalog_summary(doc: Doc) -> Doc:
     """The headline numbers a store keeps for a trace: the analysis ``summary`` plus ``cpu_only`` and
     ``best_saving_us`` (``best_saving``); a CPU-only trace's ``device_utilization`` is null rather than
-    a meaningless 0."""
+    a meaningless 0. A job adds ``job`` (``job_summary``): the numbers are then the shown rank's, ``rank``."""
     out = dict(doc.get("summary") or {})
     out["cpu_only"] = cpu_only(doc)
     out["best_saving_us"] = best_saving(doc)[0]
     if out["cpu_only"]:
         out["device_utilization"] = None
+    job = job_summary(doc)
+    if job is not None:
+        out["job"] = job
+        out["rank"] = (doc.get("source") or {}).get("rank")
     return out
+
+
+def job_text(job: Doc) -> str:
+    """One line for a job: "8 ranks, job wall 20.82 ms; rank 7 held the job back (6.10 ms late);
+    without stragglers it saves 8.01 ms (38%)"."""
+    from stallscope.display.units import duration, saving, share
+
+    line = f"{job['ranks']} ranks, job wall {duration(job['wall_us'])}"
+    if job["straggler"] is not None:
+        line += f"; rank {job['straggler']} held the job back ({duration(job['straggler_late_us'])} late)"
+    if job["saving_us"] > 0:
+        wall = job["wall_us"]
+        line += f"; without stragglers it {saving(job['saving_us'])} ({share(job['saving_us'] / wall if wall else 0.0)})"
+    return line
 
 
 def utilization_text(summary: Doc) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
@@ -24,7 +24,7 @@ from typing import Any
 import jinja2
 import numpy as np
 import plotly.graph_objects as go
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 from stallscope.analyzer.analysis import Analysis
 from stallscope.analyzer.document.analysis import to_json
@@ -33,8 +33,17 @@ from stallscope.analyzer.findings.latent import UNMEASURED, measured
 from stallscope.analyzer.job.result import JobAnalysis
 from stallscope.analyzer.passes.critical import Kind
 from stallscope.analyzer.passes.verdict import SENTENCE
-from stallscope.dashboard import charts, claims, job_report, palette, report_timeline, timeline
+from stallscope.dashboard import (
+    charts,
+    claims,
+    job_report,
+    palette,
+    report_timeline,
+    timeline,
+    timeline_figure,
+)
 from stallscope.dashboard.headline import SCENARIO_LABELS, best_saving, cpu_only
+from stallscope.display import glossary, names, text, units
 
 Progress = Callable[[str], None]
 Doc = dict[str, Any]
@@ -55,18 +64,9 @@ class ReportOptions:
     max_sync_rows: int = 200  # sync groups listed (the costliest)
 
 
-def share(fraction: float | None) -> str:
-    """A percentage with one decimal below 1% (a 0.4% saving is not "0%"); "—" for a figure that does not
-    exist (a CPU-only run's device figures are null)."""
-    if fraction is None:
-        return "—"
-    return f"{fraction:.1%}" if 0 < abs(fraction) < 0.01 else f"{fraction:.0%}"
-
-
-def ms(us: float | None) -> str:
-    if us is None:
-        return "—"
-    return f"{us / 1000:,.2f} ms" if abs(us) >= 1000 else f"{us:,.1f} µs"
+# the one formatter of every view (``stallscope.display.units``), under the names the templates use
+share = units.share
+ms = units.duration
 
 
 def render(
@@ -74,9 +74,12 @@ def render(
     options: ReportOptions | None = None,
     progress: Progress | None = None,
     job: JobAnalysis | None = None,
+    ranks: Mapping[int, Analysis] | None = None,
 ) -> str:
     """The report of ``analysis`` as one HTML document (plotly.js inlined unless ``options.cdn``); with
-    ``job``, the whole job's section too (``stallscope.dashboard.job_report``)."""
+    ``job``, the job's verdict first and the whole job's section (``stallscope.dashboard.job_report``),
+    and with ``ranks`` (rank -> its analysis) a timeline per rank behind a rank picker, the straggler's
+    shown first."""
     opts = options or ReportOptions()
     say = progress or (lambda _msg: None)
     say("report: collecting the analysis")
@@ -86,6 +89,10 @@ def render(
     syncs = _sync_groups(doc, opts.max_sync_rows)
     job_doc = job_json(job) if job is not None else None
     evidence = _evidence(analysis, doc, syncs, job_doc)
+    # a job's other ranks behind a picker, the straggler's first (the detailed rank's is the timeline above)
+    rank = doc["source"]["rank"]
+    shown = {r: a for r, a in (ranks or {}).items() if r != rank} if job_doc is not None else {}
+    rank_timelines = _rank_timelines(shown, job_doc, opts.max_items_per_lane) if shown else []
     say("report: drawing the charts")
     figures = {
         "idle": _fig(charts.idle_by_cause(doc)),
@@ -96,7 +103,9 @@ def render(
     if job_doc is not None:
         figures.update(job_report.skew_figures(job_doc))
     context = {
-        "title": _title(analysis, doc),
+        "title": _title(analysis, doc)
+        if job_doc is None
+        else f"{Path(doc['source']['path']).parent.name} (job)",
         "doc": doc,
         "summary_doc": _summary_doc(doc),
         "verdict": verdict_doc(doc),
@@ -115,7 +124,17 @@ def render(
         },
         "claims": evidence["claims"],
         "timeline_js": _timeline_js(),
+        "rank_timelines": rank_timelines,
+        "timeline_ranks": {p["rank"] for p in rank_timelines} | ({rank} if job_doc is not None else set()),
+        "units": units,
         "job": job_report.job_context(job_doc) if job_doc is not None else None,
+        "job_verdict": job_report.job_verdict(job_doc, doc["per_rank"]) if job_doc is not None else None,
+        "pipeline_note": text.pipeline_note(doc["pipeline"], float(doc["window"]["dur_us"]))
+        if doc["pipeline"]
+        else "",
+        "glossary": glossary.TERMS,
+        "term": term_link,
+        "terms": glossary.BY_SLUG,
         "figures": figures,
         "plot_config": _PLOT_CONFIG,
         "palette": {"causes": dict(palette.CAUSE_COLORS), "kinds": dict(palette.KIND_COLORS)},
@@ -138,9 +157,10 @@ def write(
     options: ReportOptions | None = None,
     progress: Progress | None = None,
     job: JobAnalysis | None = None,
+    ranks: Mapping[int, Analysis] | None = None,
 ) -> int:
     """Render and write the report; returns its size in bytes. ``OSError`` is the caller's to report."""
-    text = render(analysis, options, progress, job)
+    text = render(analysis, options, progress, job, ranks)
     data = text.encode("utf-8")
     Path(path).write_bytes(data)
     return len(data)
@@ -148,13 +168,86 @@ def write(
 
 @cache
 def _environment() -> jinja2.Environment:
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.PackageLoader("stallscope.dashboard", "templates"),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
     )
+    env.filters["code"] = code_html
+    env.filters["demangle"] = names.display_name
+    env.filters["rule_title"] = text.rule_title
+    return env
+
+
+def code_html(value: object) -> Markup:
+    """Text whose Markdown code spans (`x`) become ``<code>`` elements; every part is escaped first, so
+    trace text inside or outside a span stays text."""
+    return Markup("").join(
+        Markup("<code>{}</code>").format(part) if is_code else escape(part)
+        for is_code, part in text.code_spans(str(value))
+    )
+
+
+def term_link(slug: str, label: str | None = None) -> Markup:
+    """``label`` (default: the term) linked to its glossary entry, its meaning as the tooltip."""
+    t = glossary.BY_SLUG[slug]
+    return Markup('<a class="term" href="#{}" title="{}">{}</a>').format(t.anchor, t.meaning, label or t.term)
+
+
+def _timelines(a: Analysis, prefix: str, max_items: int) -> list[Doc]:
+    return [
+        {
+            "id": f"{prefix}-{i}",
+            "title": title,
+            # the title is the section's own heading (it wraps on a narrow page; inside the figure it would
+            # crowd the axis)
+            "figure": _fig(timeline_figure.figure(sl, origin_name="step" if a.steps else "window")),
+        }
+        for i, (title, sl) in enumerate(_timeline_slices(a, max_items))
+    ]
+
+
+def _timeline_slices(a: Analysis, max_items: int) -> list[tuple[str, timeline.TimelineSlice]]:
+    """A representative step (median duration) and the worst (longest); without steps, the window."""
+    m = a.model
+    if not a.steps:
+        return [
+            (
+                "Timeline of the whole trace (no profiled steps)",
+                timeline.extract(m, a, a.window.start_us, a.window.end_us, max_items),
+            )
+        ]
+    durs = [s.dur_us for s in a.steps]
+    median = statistics.median_low(durs)
+    rep = next(s for s in a.steps if s.dur_us == median)
+    worst = max(a.steps, key=lambda s: s.dur_us)
+    picks = [(f"Representative step: {rep.name} ({ms(rep.dur_us)}, the median)", rep)]
+    if worst is not rep:
+        picks.append((f"Worst step: {worst.name} ({ms(worst.dur_us)}, the longest)", worst))
+    elif len(a.steps) == 1:
+        picks = [(f"The profiled step: {rep.name} ({ms(rep.dur_us)})", rep)]
+    return [
+        (title, timeline.extract(m, a, s.start_us, s.start_us + s.dur_us, max_items)) for title, s in picks
+    ]
+
+
+def _rank_timelines(ranks: Mapping[int, Analysis], job: Doc | None, max_items: int) -> list[Doc]:
+    """One panel per rank (its representative and worst steps), the straggler's first, then by how late
+    each rank was, then by rank; the page shows one panel at a time (the rank picker)."""
+    late = {s["rank"]: s["late_us"] for s in (job or {}).get("stragglers") or []}
+    straggler = job_report.straggler(job) if job is not None else None
+    order = sorted(ranks, key=lambda r: (r != straggler, -late.get(r, 0.0), r))
+    return [
+        {
+            "rank": r,
+            "straggler": r == straggler,
+            "late_us": late.get(r, 0.0),
+            "timelines": _timelines(ranks[r], f"timeline-rank{r}", max_items),
+        }
+        for r in order
+    ]
 
 
 @cache
@@ -335,7 +428,7 @@ def verdict_doc(doc: Doc) -> Doc:
     best = _best_saving(doc)
     saving, finding = best_saving(doc)  # a finding's own estimate can be the larger one
     if finding is not None:
-        how = f"by fixing finding {finding} ({doc['findings'][finding - 1]['rule']})"
+        how = f"by fixing finding {finding} ({text.rule_title(doc['findings'][finding - 1]['rule'])})"
     else:
         how = f"if you {_SCENARIOS[best['scenario']]}" if best and saving > 0 else ""
     no_device = cpu_only(doc)
@@ -377,7 +470,10 @@ def verdict_doc(doc: Doc) -> Doc:
         "unestimated": _unestimated(doc) if saving <= 0 else None,
         "est_saving_us": float(s["est_saving_us"] or 0.0),
         "wall_us": wall,
-        "evidence": (doc.get("verdict") or {}).get("evidence", "") if not no_device else "",
+        # in words from the sensitivities (the JSON's ``verdict.evidence`` line is for scripts)
+        "evidence": text.evidence_sentence(doc.get("verdict") or {}, s["device_utilization"])
+        if not no_device
+        else "",
         "warnings": list(doc.get("warnings") or []),
     }
 
@@ -389,7 +485,8 @@ def _unestimated(doc: Doc) -> Doc | None:
     cost, i = max(costly, default=(0.0, 0))
     if cost <= 0:
         return None
-    return {"finding": i, "rule": doc["findings"][i - 1]["rule"], "cost_us": cost}
+    rule = doc["findings"][i - 1]["rule"]
+    return {"finding": i, "rule": rule, "rule_title": text.rule_title(rule), "cost_us": cost}
 
 
 def _best_saving(doc: Doc) -> Doc | None:
@@ -414,6 +511,7 @@ def findings_doc(doc: Doc) -> list[Doc]:
         {
             "rank": i,
             "rule": f["rule"],
+            "rule_title": text.rule_title(f["rule"]),
             "severity": f["severity"],
             "color": palette.SEVERITY_COLORS.get(f["severity"], palette.UNKNOWN),
             "title": f["title"],

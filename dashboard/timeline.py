@@ -33,6 +33,7 @@ from stallscope.analyzer.analysis import Analysis
 from stallscope.analyzer.core.arrays import distinct
 from stallscope.analyzer.core.model import F64, I64, LaneKind, Mask, TraceModel, of_kind
 from stallscope.analyzer.core.names import ACTIVITY_KINDS, EventKind
+from stallscope.analyzer.core.numbers import duration_text
 from stallscope.analyzer.core.sites import call_site
 from stallscope.analyzer.graph.dependency import Blocking
 from stallscope.analyzer.passes.critical import Kind
@@ -155,7 +156,8 @@ def plural(row: RowKind, key: str) -> str:
 
 
 def fmt_us(us: float) -> str:
-    return f"{us / 1000:.2f} ms" if us >= 1000 else f"{us:.1f} µs"
+    """A duration as every view writes it (``stallscope.analyzer.core.numbers.duration_text``)."""
+    return duration_text(us)
 
 
 def describe(row: RowKind, items: Items, i: int) -> str:

@@ -17,6 +17,9 @@ from stallscope.analyzer.load.loader import load_file
 from stallscope.progress import Progress
 from stallscope.watchdog import MAX_INFLATED_MB
 
+#: ranks a job report draws a timeline of (each needs that rank's full analysis): the most late first
+MAX_TIMELINE_RANKS = 8
+
 
 def load_and_analyse_job(
     inputs: list[str],
@@ -65,3 +68,31 @@ def load_and_analyse_job(
         notes=skipped + tuple(notes) + result.notes,
     )
     return result, job
+
+
+def timeline_ranks(
+    job: JobAnalysis,
+    chosen: Analysis,
+    how: Execution,
+    progress: Progress | None = None,
+    limit: int = MAX_TIMELINE_RANKS,
+) -> dict[int, Analysis]:
+    """The full analyses a job report draws timelines from: ``chosen`` and up to ``limit`` ranks in all,
+    those that made the others wait most first (the straggler's timeline is the one a reader wants),
+    then by rank. A rank file that no longer loads is left out (its table row says how to report it)."""
+    say = progress or (lambda _m: None)
+    late = {s.rank: s.late_us for s in job.rank_stats}
+    paths = {t.rank: t.path for t in job.tables}
+    mine = chosen.model.rank
+    order = sorted(paths, key=lambda r: (r != mine, -late.get(r, 0.0), r))[:limit]
+    out: dict[int, Analysis] = {}
+    for r in order:
+        if r == mine:
+            out[r] = chosen
+            continue
+        say(f"analysing rank {r} for its timeline")
+        try:
+            out[r] = analyze_model(load_file(Path(paths[r]), use_cache=how.use_cache))
+        except StallscopeError:
+            continue
+    return out

@@ -140,3 +140,34 @@ def test_a_missing_browser_skips_unless_required(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv(_browser.REQUIRE_ENV, "1")
     with pytest.raises(pytest.fail.Exception, match="STALLSCOPE_REQUIRE_BROWSER=1"), start_browser():
         pass
+
+
+def test_a_job_report_shows_the_stragglers_timeline_and_another_rank_on_a_click(
+    browser: Browser, tmp_path: Path
+) -> None:
+    from synth.job import Plant, build_job
+
+    from stallscope.analyzer.job.execute import Execution
+    from stallscope.jobs import load_and_analyse_job, timeline_ranks
+
+    # GIVEN a 3-rank job whose rank 1 is late, reported with a timeline per rank
+    folder = tmp_path / "job"
+    build_job(folder, 3, 3, [Plant(rank=1, step=2, cause="host", us=1500.0)])
+    how = Execution(use_cache=False)
+    result, job = load_and_analyse_job([str(folder)], None, how)
+    assert job is not None
+    page = tmp_path / "job.html"
+    report.write(result, page, job=job, ranks=timeline_ranks(job, result, how))
+    browser.open(page)
+    browser.wait_for(DRAWN, timeout=30)
+    bars = "return document.querySelectorAll('#{} .main-svg .trace path').length"
+    # THEN the straggler's timeline is drawn and shown, another rank's waits hidden and undrawn
+    assert browser.js(bars.format("timeline-rank1-0")) > 0
+    assert browser.js("return document.getElementById('rank-timelines-2').hidden") is True
+    assert browser.js(bars.format("timeline-rank2-0")) == 0
+    # WHEN its "show" link in the ranks table is clicked, THEN its timeline is shown and drawn
+    browser.js("document.querySelector('#job-rank-table [data-rank-link=\"2\"]').click()")
+    assert browser.wait_for(bars.format("timeline-rank2-0"), timeout=10) > 0
+    assert browser.js("return document.getElementById('rank-timelines-1').hidden") is True
+    assert browser.js("return document.querySelector('#rank-picker [aria-pressed=true]').dataset.rank") == "2"
+    assert browser.console_errors() == []

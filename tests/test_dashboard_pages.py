@@ -32,6 +32,7 @@ from stallscope.dashboard.pages.common import Shell, ms
 from stallscope.dashboard.services import Services
 from stallscope.dashboard.store import Status, Store
 from stallscope.dashboard.worker import analyse_entry
+from stallscope.display import text as words
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
 ITEM = SAMPLES / "item_in_loop.pt.trace.json.gz"
@@ -152,12 +153,16 @@ def test_overview_shows_the_reports_verdict_and_every_finding(services: Services
     assert find(page, overview.Ids.VERDICT.value).children == verdict_doc(doc)["sentence"]
     # AND the verdict's evidence in one line (path shares, utilization, what each speed-up saves)
     evidence = find(page, overview.Ids.EVIDENCE.value).children
-    assert evidence == f"Evidence: {doc['verdict']['evidence']}" and "critical path" in evidence
+    util = doc["summary"]["device_utilization"]
+    assert (
+        evidence == f"Evidence: {words.evidence_sentence(doc['verdict'], util)}"
+        and "critical path" in evidence
+    )
     findings = find(page, overview.Ids.FINDINGS.value)
-    shown = " ".join(texts(findings))
-    assert len(doc["findings"]) > 0
+    shown = "".join(texts(findings))
+    assert len(doc["findings"]) > 0 and "`" not in shown  # code spans are Code elements, not backticks
     for f in doc["findings"]:
-        assert f["title"] in shown and f["advice"] in shown
+        assert words.plain(f["title"]) in shown and words.plain(f["advice"]) in shown
     site = doc["findings"][0]["call_site"]
     assert f"{site['file']}:{site['line']} in {site['function']}" in shown
     # AND the saving card quotes the verdict's number (the best of the what-if and the findings' estimates)
@@ -207,14 +212,16 @@ def test_a_cpu_only_trace_says_cpu_only_instead_of_zero_utilization(services: Se
     # ... its top host ops instead (the main answer of a CPU-only run), as the JSON's tops
     top = find(page, overview.Ids.TOP_OPS.value)
     assert [r["name"] for r in top.data] == [r["name"] for r in raw["tops"]["ops"][:5]]
-    assert top.data[0]["self_ms"] == pytest.approx(raw["tops"]["ops"][0]["self_us"] / 1000)
+    unit = tables.top_op_units(raw)["self"]
+    assert top.data[0]["self"] == pytest.approx(unit.value(raw["tops"]["ops"][0]["self_us"]))
     assert find(render(services, f"/trace/{item}"), overview.Ids.TOP_OPS.value) is None
     # steps: no device busy/idle columns (not 0 and the whole wall)
     steps = find(render(services, f"/trace/{cpu}/steps"), tables.Ids.STEP_TABLE.value)
-    assert "idle_ms" not in {c["id"] for c in steps.columns} and "idle_ms" not in steps.data[0]
-    assert [r["dur_ms"] for r in steps.data] == [pytest.approx(x["dur_us"] / 1000) for x in raw["steps"]]
+    assert "idle" not in {c["id"] for c in steps.columns} and "idle" not in steps.data[0]
+    wall = tables.step_units(raw)["dur"]
+    assert [r["dur"] for r in steps.data] == [pytest.approx(wall.value(x["dur_us"])) for x in raw["steps"]]
     gpu_steps = find(render(services, f"/trace/{item}/steps"), tables.Ids.STEP_TABLE.value)
-    assert "idle_ms" in {c["id"] for c in gpu_steps.columns}
+    assert "idle" in {c["id"] for c in gpu_steps.columns}
     gpu_cards = cards(render(services, f"/trace/{item}"))
     assert gpu_cards["GPU utilization"] == f"{gpu['device_utilization']:.1%}"
     assert gpu_cards["bottleneck"] == gpu["bottleneck"]
@@ -222,8 +229,8 @@ def test_a_cpu_only_trace_says_cpu_only_instead_of_zero_utilization(services: Se
     rows = {r["metric"]: r for r in compare.headline_rows(services.store.analysis(item), raw)}
     assert rows["GPU utilization"]["before"] == f"{gpu['device_utilization']:.1%}"
     assert rows["GPU utilization"]["after"] == "—" and rows["GPU utilization"]["verdict"] == ""
-    assert rows["device idle"]["after"] == "-" and rows["device idle"]["verdict"] == ""
-    assert rows["device idle"]["change"] == "-"
+    assert rows["device idle"]["after"] == "—" and rows["device idle"]["verdict"] == ""
+    assert rows["device idle"]["change"] == "—"
     assert rows["bottleneck"]["before"] == gpu["bottleneck"] and rows["bottleneck"]["after"] == "CPU only"
     # the line `stallscope upload --wait` prints from the API's entry
     line = wait_summary(services.store.get(cpu).to_json()["summary"])
@@ -304,7 +311,8 @@ def test_top_ops_page_shows_the_analysis_tops_with_shares(services: Services, it
     assert [r["name"] for r in ops] == [r["name"] for r in doc["tops"]["ops"]]
     first = doc["tops"]["ops"][0]
     assert ops[0]["self_share"] == pytest.approx(first["self_us"] / doc["window"]["dur_us"])
-    assert ops[0]["per_step_ms"] == pytest.approx(first["self_us"] / len(doc["steps"]) / 1000)
+    per_step = tables.top_op_units(doc)["per_step"]
+    assert ops[0]["per_step"] == pytest.approx(per_step.value(first["self_us"] / len(doc["steps"])))
     k = doc["tops"]["kernels"][0]
     assert kernels[0]["name"] == k["name"] and kernels[0]["count"] == k["count"]
     assert kernels[0]["busy_share"] == pytest.approx(k["total_us"] / doc["summary"]["device_busy_us"])
@@ -334,8 +342,8 @@ def test_compare_headline_and_finding_deltas(services: Services, item: str, clea
     )
     findings = compare.finding_rows(a, b)
     gone = {r["finding"] for r in findings if r["change"] == "gone"}
-    titles_b = {f["title"] for f in b["findings"]}
-    assert gone == {f["title"] for f in a["findings"]} - titles_b and gone
+    titles_b = {words.plain(f["title"]) for f in b["findings"]}
+    assert gone == {words.plain(f["title"]) for f in a["findings"]} - titles_b and gone
     page = render(services, "/compare", f"?a={item}&b={clean}")
     assert find(page, compare.Ids.A.value).value == item
     assert "Per-step distributions" in str(find(page, compare.Ids.RESULT.value).to_plotly_json())

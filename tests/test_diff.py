@@ -123,6 +123,9 @@ def test_the_terminal_summary_says_what_went_and_has_no_colour_codes(
     lines = out.splitlines()
     assert lines[2].startswith("  wall      15.82 ms -> 14.56 ms   -1.26 ms (-8%)")
     assert "verdict   unchanged: device-bound" in out
+    # the evidence in words, from each side's verdict numbers (not the "{device, host, ...}" line)
+    evidence = [line for line in lines if " evidence: " in line]
+    assert len(evidence) == 2 and all("would save" in e and "{" not in e for e in evidence)
     (gone,) = [line for line in lines if "scalar_read at" in line]
     assert gone.split()[:4] == ["gone", "4", "->", "0"] and gone.endswith(f"scalar_read at {SITE}")
     assert any(line.split()[:1] == ["no_avoidable_syncs"] for line in lines)
@@ -221,7 +224,14 @@ def test_a_cpu_only_side_has_no_device_figures(tmp_path: Path, capsys: pytest.Ca
     assert d["device_utilization"]["after"] == pytest.approx(
         analysis_doc(gpu)["summary"]["device_utilization"]
     )
-    assert d["verdict"]["before"] == {"bottleneck": None, "evidence": "", "cpu_only": True}
+    assert d["verdict"]["before"] == {
+        "bottleneck": None,
+        "evidence": "",
+        "cpu_only": True,
+        "utilization": None,
+        "path_share": None,
+        "sensitivity_us": None,
+    }
     assert d["verdict"]["changed"] is True
     assert "before is a CPU-only run: no device, sync-wait or device what-if figures" in d["notes"][0]
     whatif = {w["scenario"]: w["saving_us"] for w in d["whatif"]}
@@ -476,3 +486,13 @@ def test_as_a_subprocess_piped_output_is_plain_text_and_check_exits_1(tmp_path: 
     assert check.returncode == 1 and "FAIL wall" in check.stdout and check.stderr == ""
     bad = cli("diff", fast, str(tmp_path / "nope.json"))
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "nope.json" in bad.stderr
+
+
+def test_the_html_page_shows_code_not_backticks(tmp_path: Path) -> None:
+    # GIVEN the removed `.item()` sync, whose finding title marks code with backticks
+    before, after = write(loop("before", item=True), tmp_path), write(loop("after"), tmp_path)
+    page = tmp_path / "diff.html"
+    assert main(["diff", before, after, "--report", str(page), "-q", "--no-cache"]) == 0
+    body = page.read_text().split("<body", 1)[1].split("<script", 1)[0]  # the page, not its JSON data
+    # THEN the title's code is a <code> element and no backtick is left in the page's text
+    assert "<code>.item()</code>" in body and "`" not in body

@@ -18,6 +18,7 @@ from stallscope.analyzer.analysis import Analysis, analyze
 from stallscope.analyzer.document.analysis import to_json
 from stallscope.analyzer.load.loader import load
 from stallscope.dashboard import report
+from stallscope.display import text as words
 
 HOSTILE_KERNEL = "</script><script>alert('kernel')</script>"
 HOSTILE_OP = "aten::<img src=x onerror=alert(1)>"
@@ -142,7 +143,9 @@ def test_verdict_numbers_are_the_analysis_numbers(item_report: tuple[Analysis, s
     assert report.ms(best) in card
     assert f"{s['device_utilization']:.0%}" in sentence
     _a, evidence = page.by_id("verdict-evidence")
-    assert evidence == f"Evidence: {doc['verdict']['evidence']}"
+    # in words from the verdict's numbers (stallscope.display.text), not the JSON's one-line summary
+    assert evidence == f"Evidence: {words.evidence_sentence(doc['verdict'], s['device_utilization'])}"
+    assert "{" not in evidence and "would save" in evidence
     _a, card = page.by_id("card-utilization")
     assert card.startswith(f"Device utilization {s['device_utilization'] * 100:.0f}%")
     causes = {a["data-cause"]: float(a["data-us"]) for _t, a, _x in page.elements if "data-cause" in a}
@@ -160,7 +163,9 @@ def test_findings_are_listed_most_expensive_first_with_call_sites(item_report: t
         assert int(attrs["data-count"]) == f["count"]
         assert float(attrs["data-time-us"]) == pytest.approx(f["time_us"], rel=1e-12)
         assert float(attrs["data-saving-us"]) == pytest.approx(f["est_saving_us"], rel=1e-12)
-        assert f["title"] in shown and f["advice"] in shown
+        # code spans are <code> elements: the text reads without backticks
+        assert words.plain(f["title"]) in shown and words.plain(f["advice"]) in shown
+        assert "`" not in shown
         if f["call_site"]:
             site = f"{f['call_site']['file']}:{f['call_site']['line']} in {f['call_site']['function']}"
             assert site in shown
@@ -375,7 +380,7 @@ def test_saving_card_never_says_none_above_a_finding_that_costs_time() -> None:
     _attrs, card = Page(report.render(a, report.ReportOptions(cdn=True))).by_id("card-saving")
     # THEN the card names the costly finding instead of "none"
     assert card.startswith("Best estimated saving not estimated")
-    assert f"finding 1 (input_bound) costs {report.ms(935_000.0)}" in card
+    assert f"finding 1 ({words.rule_title('input_bound')}) costs {report.ms(935_000.0)}" in card
     # AND without any costly finding it still says none
     a0 = replace(a, findings=a.findings[1:])
     _attrs, card0 = Page(report.render(a0, report.ReportOptions(cdn=True))).by_id("card-saving")

@@ -111,6 +111,9 @@ class Side:
     syncs: Mapping[tuple[str, str], Tally]  # (site, kind) -> count, wait + idle charged
     whatif: Mapping[str, tuple[float, float]]  # scenario -> (predicted wall, saving)
     findings: Mapping[tuple[str, str], Tally]  # (rule, site) -> count, cost, title
+    # the verdict's numbers behind ``evidence`` (empty for an older document): views word them
+    path_share: Mapping[str, float]
+    sensitivity_us: Mapping[str, float]
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,9 @@ class VerdictSide:
     bottleneck: str | None  # None on a CPU-only side (no device to be bound by)
     evidence: str
     cpu_only: bool
+    utilization: float | None = None  # the numbers behind ``evidence``, for views to put in words
+    path_share: Mapping[str, float] | None = None
+    sensitivity_us: Mapping[str, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -243,6 +249,8 @@ def _side(doc: Doc, label: str, tops_cut: bool) -> Side:
             if not cpu or w["scenario"] in _HOST_SCENARIOS
         },
         findings=_findings(doc["findings"]),
+        path_share=_shares(None if cpu else verdict.get("path_share")),
+        sensitivity_us=_shares(None if cpu else verdict.get("sensitivity_us")),
     )
 
 
@@ -356,8 +364,22 @@ def _pick(whatif: Mapping[str, tuple[float, float]], name: str, i: int) -> float
     return None if got is None else got[i]
 
 
+def _shares(value: object) -> dict[str, float]:
+    """A verdict's ``{kind: number}`` map (``path_share``, ``sensitivity_us``); {} when absent."""
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): _num(v, "verdict") for k, v in value.items()}
+
+
 def _verdict(s: Side) -> VerdictSide:
-    return VerdictSide(s.bottleneck, s.evidence, s.cpu_only)
+    return VerdictSide(
+        s.bottleneck,
+        s.evidence,
+        s.cpu_only,
+        s.utilization,
+        dict(s.path_share) if s.sensitivity_us else None,
+        dict(s.sensitivity_us) if s.sensitivity_us else None,
+    )
 
 
 def _steps(a: Side, b: Side) -> StepsDiff:

@@ -10,6 +10,7 @@ URL, so tests call it directly; each page module has ``layout(...)`` and ``regis
     /trace/<id>/whatif         scenarios: predicted time and the re-timed device streams
     /trace/<id>/job            a rank folder's whole job: stragglers, skew per collective, rank x step heatmaps
     /compare?a=<id>&b=<id>     two traces side by side
+    /glossary                  the terms the pages use (every page links its terms here)
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from urllib.parse import parse_qs
 from dash import Dash, Input, Output, State, html, no_update
 
 from stallscope.dashboard.pages import compare, explorer, job, overview, tables, traces, whatif
-from stallscope.dashboard.pages.common import Shell, message, progress_text, ready_entry
+from stallscope.dashboard.pages.common import Shell, glossary_page, message, progress_text, ready_entry
 from stallscope.dashboard.services import Services
 from stallscope.dashboard.store import Status, StoreError
 
@@ -43,6 +44,8 @@ def render(services: Services, pathname: str | None, search: str | None = None) 
     try:
         if not parts:
             return traces.layout(services)
+        if parts == ["glossary"]:
+            return glossary_page()
         if parts == ["compare"]:
             return compare.layout(services, query.get("a"), query.get("b"))
         if parts[0] == "trace" and len(parts) in (2, 3):

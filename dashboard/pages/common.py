@@ -13,10 +13,12 @@ from dash import dcc, html
 from dash.dash_table.DataTable import DataTable
 
 from stallscope.dashboard.palette import FONT_FAMILY, GRID, MUTED, PYTHON, TEXT
-from stallscope.dashboard.report import ms as report_ms
 from stallscope.dashboard.report import site_text as report_site_text
 from stallscope.dashboard.services import Services
 from stallscope.dashboard.store import Entry, Status, StoreError
+from stallscope.display import glossary
+from stallscope.display.text import code_spans
+from stallscope.display.units import Scale, duration
 
 
 class Shell(str, Enum):
@@ -79,12 +81,44 @@ def data_table(**props: Any) -> Any:
 
 
 def ms(us: float | None) -> str:
-    """The report's time format (``stallscope.dashboard.report.ms``), "-" for a value that does not exist."""
-    return "-" if us is None else report_ms(us)
+    """The time format of every view (``stallscope.display.units.duration``), "—" for a value that does
+    not exist."""
+    return duration(us)
+
+
+def duration_column(cid: str, name: str, unit: Scale, missing: str = "—") -> dict[str, Any]:
+    """A numeric (so numerically sortable) table column of durations in ``unit`` (``units.scale`` of the
+    column's values), its unit in the header; a null cell reads ``missing``."""
+    return {
+        "id": cid,
+        "name": unit.header(name),
+        "type": "numeric",
+        "format": {"specifier": unit.specifier, "nully": missing},
+    }
+
+
+def code_text(text: str) -> list[Any]:
+    """``text`` as Dash children: its Markdown code spans (`x`) as ``html.Code``, the rest as text (Dash
+    renders strings as text, never markup)."""
+    return [html.Code(part) if is_code else part for is_code, part in code_spans(text)]
+
+
+def term_link(slug: str, label: str | None = None) -> Any:
+    """``label`` (default: the term) linked to its glossary entry, its meaning as the tooltip."""
+    t = glossary.BY_SLUG[slug]
+    return dcc.Link(label or t.term, href=f"/glossary#{t.anchor}", title=t.meaning, className="ss-term")
+
+
+def glossary_page() -> html.Div:
+    """The glossary every page links to (the report's and docs/glossary.md's)."""
+    items: list[Any] = []
+    for t in glossary.TERMS:
+        items += [html.Dt(t.term, id=t.anchor), html.Dd(t.meaning)]
+    return html.Div([html.H2("Glossary"), html.Dl(items, className="ss-glossary")], className="ss-panel")
 
 
 def pct(x: float | None) -> str:
-    return "-" if x is None else f"{x:.1%}"
+    return "—" if x is None else f"{x:.1%}"
 
 
 def site_text(site: Doc | None) -> str:

@@ -6,19 +6,26 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any
 
-from dash import Dash, Input, Output, dcc, html
+from dash import Dash, Input, Output, State, dcc, html
 
+from stallscope.analyzer.core.errors import StallscopeError
+from stallscope.analyzer.document.diff import compare as compare_sides
+from stallscope.analyzer.document.diff import diff_json, side_of
+from stallscope.dashboard.diff_report import table_row
 from stallscope.dashboard.headline import bottleneck_text, catalog_summary
 from stallscope.dashboard.pages import figures
 from stallscope.dashboard.pages.common import Doc, data_table, message, ms, pct, site_text
 from stallscope.dashboard.services import Services
 from stallscope.dashboard.store import Status, StoreError
+from stallscope.display.text import plain
+from stallscope.display.units import signed
 
 
 class Ids(str, Enum):
     A = "compare-a"
     B = "compare-b"
     RESULT = "compare-result"
+    SWAP = "compare-swap"
 
 
 # (summary key, label, format, whether lower is better)
@@ -39,18 +46,18 @@ _DEVICE_KEYS = frozenset({"device_utilization", "device_idle_us"})
 
 def _fmt(value: Any, how: str) -> str:
     if value is None:
-        return "—" if how == "pct" else "-"  # a CPU-only trace has no utilization
+        return "—"  # a CPU-only trace has no utilization
     return ms(value) if how == "ms" else pct(value) if how == "pct" else f"{value:,}"
 
 
 def _delta(a: Any, b: Any, how: str) -> str:
     if a is None or b is None:
-        return "-"
+        return "—"
     d = b - a
     if how == "pct":
         return f"{d * 100:+.1f} pts"
     rel = f" ({d / a:+.0%})" if a else ""
-    return (f"{'+' if d >= 0 else '-'}{ms(abs(d))}" if how == "ms" else f"{d:+,}") + rel
+    return (signed(d) if how == "ms" else f"{d:+,}") + rel
 
 
 def headline_rows(a: Doc, b: Doc) -> list[dict[str, Any]]:
@@ -98,7 +105,7 @@ def finding_rows(a: Doc, b: Doc) -> list[dict[str, Any]]:
         key=lambda k: -max(fa.get(k, {}).get("time_us", 0), fb.get(k, {}).get("time_us", 0)),
     ):
         x, y = fa.get(key), fb.get(key)
-        title = (x or y or {}).get("title", key[0])
+        title = plain((x or y or {}).get("title", key[0]))  # a table cell is text: no backticks
         ta, tb = (x or {}).get("time_us"), (y or {}).get("time_us")
         status = "gone" if y is None else "new" if x is None else _delta(ta, tb, "ms")
         rows.append(
@@ -111,6 +118,30 @@ def finding_rows(a: Doc, b: Doc) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+#: the changed-row tables of ``stallscope diff`` (analyzer.document.diff), the same computation
+DIFF_TABLES = (
+    ("ops", "Top ops that changed most (self time)"),
+    ("kernels", "Top kernels that changed most (device time)"),
+)
+
+
+def diff_rows(a: Doc, b: Doc, names: tuple[str, str]) -> dict[str, list[dict[str, Any]]]:
+    """The ops and kernels that changed most, as ``stallscope diff`` computes and shows them."""
+    d = diff_json(compare_sides(side_of(a, names[0]), side_of(b, names[1])))
+    return {
+        key: [
+            {k: row[k] for k in ("status", "name", "count", "before", "after", "change")}
+            for row in map(table_row, d[key])
+        ]
+        for key, _title in DIFF_TABLES
+    }
+
+
+def on_swap(a_id: str | None, b_id: str | None) -> tuple[str | None, str | None]:
+    """The swap control: before becomes after and after before."""
+    return b_id, a_id
 
 
 def _columns(keys: tuple[str, ...]) -> list[dict[str, str]]:
@@ -138,6 +169,21 @@ def on_pick(services: Services, a_id: str | None, b_id: str | None) -> Any:
             columns=_columns(("finding", "site", "before", "after", "change")),
         ),
     ]
+    try:
+        changed = diff_rows(a, b, names)
+    except StallscopeError as exc:
+        parts.append(message(f"ops not compared: {exc}", "info"))
+        changed = {}
+    for key, title in DIFF_TABLES:
+        if changed.get(key):
+            parts += [
+                html.H4(title),
+                data_table(
+                    id=f"compare-{key}",
+                    data=changed[key],
+                    columns=_columns(("status", "name", "count", "before", "after", "change")),
+                ),
+            ]
     if a["steps"] or b["steps"]:
         parts.append(dcc.Graph(figure=figures.step_distributions(a, b, names), config={"displaylogo": False}))
     return html.Div(parts)
@@ -155,12 +201,24 @@ def layout(services: Services, a_id: str | None, b_id: str | None) -> html.Div:
             html.H3("Compare two traces"),
             dcc.Dropdown(options, a_id, id=Ids.A.value, placeholder="before", style=pick),
             dcc.Dropdown(options, b_id, id=Ids.B.value, placeholder="after", style=pick),
+            html.Button("⇄ swap before and after", id=Ids.SWAP.value),
             html.Div(on_pick(services, a_id, b_id), id=Ids.RESULT.value),
         ]
     )
 
 
 def register(app: Dash, services: Services) -> None:
+    @app.callback(
+        Output(Ids.A.value, "value"),
+        Output(Ids.B.value, "value"),
+        Input(Ids.SWAP.value, "n_clicks"),
+        State(Ids.A.value, "value"),
+        State(Ids.B.value, "value"),
+        prevent_initial_call=True,
+    )
+    def swap(_n: int | None, a_id: str | None, b_id: str | None) -> tuple[str | None, str | None]:
+        return on_swap(a_id, b_id)
+
     @app.callback(
         Output(Ids.RESULT.value, "children"),
         Input(Ids.A.value, "value"),

@@ -1,6 +1,8 @@
-"""Job page (an upload of a rank folder): the straggler findings, a skew chart per collective and the rank x
-step heatmaps; clicking a rank (a heatmap cell or a table row) shows that rank's own analysis summary and
-how it fared in the job. Reads the analysis JSON's ``job`` key only."""
+"""Job page (an upload of a rank folder): the job's verdict (who held it back, what it cost), every rank
+(the straggler first) with its wall, device busy and waiting, the straggler findings, a skew chart per
+collective and the rank x step heatmaps (lateness first: the straggler is the darkest); clicking a rank (a
+heatmap cell or a table row) shows that rank's own analysis summary and how it fared in the job. Reads the
+analysis JSON's ``job`` key only (``job_report.job_verdict``, as the HTML report)."""
 
 from __future__ import annotations
 
@@ -12,9 +14,21 @@ import plotly.graph_objects as go
 from dash import Dash, Input, Output, State, dcc, html
 
 from stallscope.dashboard import job_report, palette
-from stallscope.dashboard.pages.common import Doc, card, data_table, message, ms, pct, trace_nav
+from stallscope.dashboard.pages.common import (
+    Doc,
+    card,
+    code_text,
+    data_table,
+    duration_column,
+    message,
+    ms,
+    pct,
+    term_link,
+    trace_nav,
+)
 from stallscope.dashboard.services import Services
 from stallscope.dashboard.store import Entry, StoreError
+from stallscope.display.units import Scale, saving, scale
 
 _METRICS = {key: label for key, label, _ in job_report.METRICS}
 
@@ -25,6 +39,7 @@ class Ids(str, Enum):
     HEATMAP = "job-heatmap"
     RANKS = "job-ranks"
     RANK = "job-rank"
+    VERDICT = "job-verdict"
 
 
 def heatmap(job: Doc, key: str) -> go.Figure:
@@ -39,12 +54,13 @@ def heatmap(job: Doc, key: str) -> go.Figure:
             x=steps,
             y=[row["rank"] for row in hm["rows"]],
             colorscale=[[0, palette.BACKGROUND], [1, colour]],
+            zmin=0,  # white is 0, not the smallest value: the straggler's 1.5 ms of waiting is not "none"
             colorbar={"title": {"text": "ms"}},
             hovertemplate="rank %{y}, %{x}: %{z:,.3f} ms<extra></extra>",
         )
     )
     fig.update_layout(
-        title={"text": f"Rank × step: {_METRICS[key]}", "x": 0, "font": {"size": 14}},
+        title={"text": text.escape(f"Rank × step: {_METRICS[key]}"), "x": 0, "font": {"size": 14}},
         height=140 + 14 * max(len(hm["rows"]), 4),
         margin={"l": 40, "r": 10, "t": 36, "b": 36},
         font={"family": palette.FONT_FAMILY, "size": 12, "color": palette.TEXT},
@@ -91,8 +107,8 @@ def layout(services: Services, entry: Entry) -> html.Div:
         html.Li(
             [
                 html.B(f"[{f['severity']}] "),
-                f["title"],
-                html.Div(f["advice"], className="muted"),
+                *code_text(f["title"]),
+                html.Div(code_text(f["advice"]), className="muted"),
                 _show(entry, job_report.straggler_claim(job, f["rank"])),
             ]
         )
@@ -101,42 +117,68 @@ def layout(services: Services, entry: Entry) -> html.Div:
     skews = [
         dcc.Graph(figure=fig, config={"displaylogo": False}) for fig in job_report.skew_figures(job).values()
     ]
-    saving = job["whatif"][0]["saving_us"] if job["whatif"] else 0.0
+    v = job_report.job_verdict(job, doc.get("per_rank") or [])
+    shown = doc["source"]["rank"]
     return html.Div(
         [
             trace_nav(entry, "/job"),
             dcc.Store(id=Ids.TRACE.value, data=entry.id),
             html.Div(
                 [
-                    card(
-                        "ranks",
-                        str(len(job["ranks"])),
-                        f"{len(job['failed'])} failed" if job["failed"] else None,
+                    html.H2("Job verdict"),
+                    html.P(v["sentence"], id=Ids.VERDICT.value, className="ss-verdict"),
+                    html.Div(
+                        [
+                            card(
+                                "ranks",
+                                str(len(job["ranks"])),
+                                f"{len(job['failed'])} failed" if job["failed"] else None,
+                            ),
+                            card(
+                                "straggler",
+                                "none" if v["straggler"] is None else f"rank {v['straggler']}",
+                                term_link("straggler", "what is a straggler?"),
+                            ),
+                            card("waited in collectives", ms(v["waited_us"]), "all ranks together"),
+                            card(
+                                "without stragglers",
+                                saving(v["saving_us"]) if v["saving_us"] > 0 else "no saving",
+                                f"every collective at the median arrival: {ms(v['predicted_wall_us'])} "
+                                f"instead of {ms(v['wall_us'])}",
+                            ),
+                        ],
+                        className="ss-cards",
                     ),
-                    card("job wall", ms(job["wall_us"])),
-                    card("waited in collectives", ms(job["collectives"]["wait_us"]), "all ranks together"),
-                    card("without stragglers", f"−{ms(saving)}", "every collective at the median arrival"),
+                    html.P(
+                        [
+                            f"Rank {shown}'s own analysis is this upload's overview and ",
+                            dcc.Link("timeline", href=f"/trace/{entry.id}/timeline"),
+                            "; another rank's timeline: its own file uploaded, or "
+                            "stallscope report FOLDER --rank N (the report has a rank picker).",
+                        ],
+                        className="muted",
+                    ),
+                    data_table(
+                        id=Ids.RANKS.value,
+                        columns=rank_columns(v["ranks"]),
+                        data=rank_rows(v["ranks"], job),
+                        sort_action="native",
+                    ),
                 ],
-                className="ss-cards",
+                className="ss-panel",
             ),
             html.Ol(findings, id="job-findings") if findings else html.P("No straggler.", className="muted"),
-            *skews,
             dcc.RadioItems(
                 [{"label": f" {v}", "value": k} for k, v in _METRICS.items()],
-                "collective_wait_us",
+                job_report.LATE,
                 id=Ids.METRIC.value,
                 inline=True,
             ),
             dcc.Graph(
-                id=Ids.HEATMAP.value, figure=heatmap(job, "collective_wait_us"), config={"displaylogo": False}
+                id=Ids.HEATMAP.value, figure=heatmap(job, job_report.LATE), config={"displaylogo": False}
             ),
             html.Div(rank_detail(doc, None), id=Ids.RANK.value),
-            data_table(
-                id=Ids.RANKS.value,
-                columns=[{"id": k, "name": k} for k in _COLUMNS],
-                data=[_rank_row(r) for r in job["ranks"]],
-                sort_action="native",
-            ),
+            *skews,
             *[message(f["error"]) for f in job["failed"]],
         ]
     )
@@ -151,20 +193,52 @@ def _show(entry: Entry, claim_id: str | None) -> Any:
     )
 
 
-_COLUMNS = ("rank", "wall", "idle", "waited", "times last", "late", "file")
+#: (row key, header, the job verdict's rank field): durations, each column in one unit
+_DURATIONS = (
+    ("late", "late (made others wait)", "late_us"),
+    ("wall", "wall", "wall_us"),
+    ("busy", "device busy", "busy_us"),
+    ("waited", "waited in collectives", "waited_us"),
+)
 
 
-def _rank_row(r: Doc) -> Doc:
-    return {
-        "id": r["rank"],  # the table's row id: a click names the rank whatever the sort
-        "rank": r["rank"],
-        "wall": ms(r["wall_us"]),
-        "idle": ms(r["device_idle_us"]),
-        "waited": ms(r["collective_wait_us"]),
-        "times last": r["times_last"],
-        "late": ms(r["late_us"]),
-        "file": r["path"],
-    }
+def _scales(ranks: list[Doc]) -> dict[str, Scale]:
+    return {key: scale(r[field] for r in ranks) for key, _name, field in _DURATIONS}
+
+
+def rank_columns(ranks: list[Doc]) -> list[dict[str, Any]]:
+    """The ranks table's columns: numbers (so they sort as numbers), a unit per column."""
+    units = _scales(ranks)
+    durations = [
+        duration_column(key, name, units[key], "never last" if key == "late" else "—")
+        for key, name, _field in _DURATIONS
+    ]
+    return [
+        {"id": "rank", "name": "rank"},
+        durations[0],
+        {"id": "times last", "name": "times last", "type": "numeric"},
+        *durations[1:],
+        {"id": "file", "name": "file"},
+    ]
+
+
+def rank_rows(ranks: list[Doc], job: Doc) -> list[Doc]:
+    """``job_report.job_verdict``'s ranks (the straggler first) as table rows."""
+    units = _scales(ranks)
+    paths = {x["rank"]: x["path"] for x in job["ranks"]}
+    return [
+        {
+            "id": r["rank"],  # the table's row id: a click names the rank whatever the sort
+            "rank": f"{r['rank']} (straggler)" if r["straggler"] else str(r["rank"]),
+            "times last": r["times_last"],
+            "file": paths.get(r["rank"], ""),
+        }
+        | {
+            key: None if key == "late" and not r[field] else units[key].value(r[field])
+            for key, _name, field in _DURATIONS
+        }
+        for r in ranks
+    ]
 
 
 def on_metric(services: Services, trace_id: str, key: str | None) -> Any:
@@ -172,7 +246,7 @@ def on_metric(services: Services, trace_id: str, key: str | None) -> Any:
         job = services.store.analysis(trace_id).get("job")
     except StoreError as exc:
         return message(str(exc))
-    return heatmap(job, key if key in _METRICS else "collective_wait_us") if job else go.Figure()
+    return heatmap(job, key if key in _METRICS else job_report.LATE) if job else go.Figure()
 
 
 def on_rank(services: Services, trace_id: str, click: Doc | None, cell: Doc | None) -> Any:

@@ -1,4 +1,5 @@
-"""Overview of one trace: the verdict and the findings (the HTML report's top, from the same helpers),
+"""Overview of one trace: a job's verdict first (an upload of a rank folder: who held the job back, what
+it cost, a link to the job page), then the shown rank's verdict and the findings (the HTML report's top, from the same helpers),
 headline numbers and the idle / critical-path charts (on a CPU-only run, its top host ops). Everything comes from the stored analysis JSON, so
 the page renders without loading the trace model."""
 
@@ -10,12 +11,13 @@ from typing import Any
 from dash import Dash, dcc, html
 
 from stallscope.dashboard.headline import bottleneck_text, catalog_summary, utilization_text
-from stallscope.dashboard.pages.common import Doc, card, data_table, ms, trace_nav
+from stallscope.dashboard.pages.common import Doc, card, code_text, data_table, ms, term_link, trace_nav
 from stallscope.dashboard.services import Services
 from stallscope.dashboard.store import Entry
 
 
 class Ids(str, Enum):
+    JOB = "overview-job"
     VERDICT = "overview-verdict"
     EVIDENCE = "overview-evidence"
     WARNINGS = "overview-warnings"
@@ -106,10 +108,16 @@ def findings_list(doc: Doc, trace_id: str | None = None) -> html.Div:
             html.Li(
                 [
                     html.Span(f["severity"], className="ss-sev", style={"backgroundColor": f["color"]}),
-                    html.Span(f["title"], className="ss-title"),
-                    html.Div(f"{f['cost']}{saving}", className="ss-facts"),
+                    html.Span(code_text(f["title"]), className="ss-title"),
+                    html.Div(
+                        [
+                            f"{f['cost']}{saving} · ",
+                            html.Span(f["rule_title"], title=f"rule id: {f['rule']}", className="ss-rule"),
+                        ],
+                        className="ss-facts",
+                    ),
                     html.Div(f["site"], className="stallscope-site") if f["site"] else None,
-                    html.Div(f"fix: {f['advice']}", className="ss-advice"),
+                    html.Div(["fix: ", *code_text(f["advice"])], className="ss-advice"),
                     dcc.Link(
                         "show on the timeline",
                         href=f"/trace/{trace_id}/timeline?claim=finding-{f['rank']}",
@@ -155,12 +163,14 @@ def layout(services: Services, entry: Entry) -> html.Div:
             ),
         ]
     notes = doc["source"].get("notes") or []
+    job = _job_panel(entry, doc)
     return html.Div(
         [
             trace_nav(entry, ""),
+            job,
             html.Div(
                 [
-                    html.H2("Verdict"),
+                    html.H2(f"Rank {doc['source']['rank']}: verdict" if job is not None else "Verdict"),
                     html.P(verdict["sentence"], id=Ids.VERDICT.value, className="ss-verdict"),
                     html.P(f"Evidence: {verdict['evidence']}", id=Ids.EVIDENCE.value, className="muted")
                     if verdict["evidence"]
@@ -193,9 +203,34 @@ def layout(services: Services, entry: Entry) -> html.Div:
     )
 
 
+def _job_panel(entry: Entry, doc: Doc) -> html.Div | None:
+    """A job's verdict, first on its overview (the rank's own follows): ``job_report.job_verdict``."""
+    if not doc.get("job"):
+        return None
+    from stallscope.dashboard import job_report
+
+    v = job_report.job_verdict(doc["job"], doc.get("per_rank") or [])
+    return html.Div(
+        [
+            html.H2("Job verdict"),
+            html.P(v["sentence"], id=Ids.JOB.value, className="ss-verdict"),
+            html.P(
+                [
+                    dcc.Link("The job", href=f"/trace/{entry.id}/job"),
+                    f": every rank's wall, device busy and waiting, the heatmaps and the skew per call. The "
+                    f"numbers below are rank {doc['source']['rank']}'s own analysis. ",
+                    term_link("straggler", "What is a straggler?"),
+                ],
+                className="muted",
+            ),
+        ],
+        className="ss-panel",
+    )
+
+
 def _top_ops_panel(entry: Entry, doc: Doc) -> html.Div | None:
     """A CPU-only run's main answer: the host ops with the most self time (the Top ops tab has all)."""
-    from stallscope.dashboard.pages.tables import TOP_OP_COLUMNS, top_op_rows
+    from stallscope.dashboard.pages.tables import top_op_columns, top_op_rows
 
     rows = top_op_rows(doc, limit=5)
     if not rows:
@@ -203,7 +238,7 @@ def _top_ops_panel(entry: Entry, doc: Doc) -> html.Div | None:
     return html.Div(
         [
             html.H2("Where the host's time went"),
-            data_table(id=Ids.TOP_OPS.value, columns=TOP_OP_COLUMNS, data=rows, sort_action="native"),
+            data_table(id=Ids.TOP_OPS.value, columns=top_op_columns(doc), data=rows, sort_action="native"),
             dcc.Link("every top op", href=f"/trace/{entry.id}/tops"),
         ],
         className="ss-panel",

@@ -1,8 +1,11 @@
 """Syncs, gaps, steps and top-ops pages: the analysis JSON's lists as sortable tables with filters.
 
 ``sync_rows``, ``gap_rows`` and ``step_rows`` are the callbacks' bodies: pure functions of the analysis
-JSON and the filter values. Times are shown in ms from the window start; call sites as text. A CPU-only
-run's steps have no device columns (there is no device to be busy or idle, not 0 and the whole wall).
+JSON and the filter values. Positions are ms from the window start; a duration column takes one unit
+for the whole trace from its largest value (``stallscope.display.units.scale``: a column of 2 µs waits is
+not "0.002 ms"); call sites as text, "—" with the reason when there is none. Gaps are listed largest
+first. Kernel names are demangled for display. A CPU-only run's steps have no device columns (there is no
+device to be busy or idle, not 0 and the whole wall).
 """
 
 from __future__ import annotations
@@ -16,6 +19,11 @@ from stallscope.dashboard.headline import cpu_only
 from stallscope.dashboard.pages.common import Doc, data_table, site_text, trace_nav
 from stallscope.dashboard.services import Services
 from stallscope.dashboard.store import Entry, StoreError
+from stallscope.display.names import display_name
+from stallscope.display.units import Scale, scale
+
+NO_OP = "— (no aten op above the call)"
+NO_SITE = "— (no Python stack in the trace: record with with_stack=True)"
 
 
 class Ids(str, Enum):
@@ -38,76 +46,154 @@ def _num(cid: str, name: str, fmt: str = ",.3f") -> dict[str, Any]:
     return {"id": cid, "name": name, "type": "numeric", "format": {"specifier": fmt}}
 
 
-SYNC_COLUMNS = [
-    _num("at_ms", "at (ms)"),
-    {"id": "kind", "name": "kind"},
-    {"id": "api", "name": "api"},
-    {"id": "op", "name": "op"},
-    _num("wait_ms", "host wait (ms)"),
-    _num("bubble_ms", "device idle charged (ms)"),
-    {"id": "avoidable", "name": "avoidable"},
-    {"id": "reason", "name": "reason"},
-    {"id": "site", "name": "call site"},
-    {"id": "show", "name": "", "presentation": "markdown"},
-]
-GAP_COLUMNS = [
-    {"id": "device", "name": "GPU", "type": "numeric"},
-    _num("at_ms", "at (ms)"),
-    _num("dur_ms", "idle (ms)"),
-    {"id": "cause", "name": "cause"},
-    {"id": "detail", "name": "detail"},
-    {"id": "site", "name": "call site"},
-    {"id": "show", "name": "", "presentation": "markdown"},
-]
-STEP_COLUMNS = [
-    {"id": "name", "name": "step"},
-    _num("at_ms", "at (ms)"),
-    _num("dur_ms", "wall (ms)"),
-    _num("busy_ms", "device busy (ms)"),
-    _num("idle_ms", "device idle (ms)"),
-    _num("wait_ms", "host sync wait (ms)"),
-]
-DEVICE_STEP_COLUMNS = ("busy_ms", "idle_ms")
-TOP_OP_COLUMNS = [
-    {"id": "name", "name": "op"},
-    _num("self_ms", "self (ms)"),
-    _num("self_share", "share of window", ".1%"),
-    _num("total_ms", "total (ms)"),
-    _num("count", "calls", ","),
-    _num("in_steps", "in steps", ","),
-    _num("per_step_ms", "self per step (ms)"),
-]
-TOP_KERNEL_COLUMNS = [
-    {"id": "name", "name": "kernel"},
-    _num("total_ms", "total (ms)"),
-    _num("busy_share", "share of device busy", ".1%"),
-    _num("count", "calls", ","),
-    _num("mean_ms", "mean (ms)"),
-    {"id": "tensor_cores", "name": "tensor cores"},
-    _num("per_step_ms", "per step (ms)"),
-]
+def _dur(cid: str, name: str, unit: Scale) -> dict[str, Any]:
+    return _num(cid, unit.header(name), unit.specifier)
+
+
+def _scales(doc: Doc) -> dict[str, Scale]:
+    """One unit per duration column, from the whole trace's values (filters never change a header)."""
+    syncs, gaps = doc.get("syncs") or [], doc.get("gaps") or []
+    return {
+        "wait": scale(s["wait_us"] for s in syncs),
+        "bubble": scale(s["bubble_us"] for s in syncs),
+        "idle": scale(g["dur_us"] for g in gaps),
+    }
+
+
+def sync_columns(doc: Doc) -> list[dict[str, Any]]:
+    u = _scales(doc)
+    return [
+        _num("at_ms", "at (ms)"),
+        {"id": "kind", "name": "kind"},
+        {"id": "api", "name": "api"},
+        {"id": "op", "name": "op"},
+        _dur("wait", "host wait", u["wait"]),
+        _dur("bubble", "device idle charged", u["bubble"]),
+        {"id": "avoidable", "name": "avoidable"},
+        {"id": "reason", "name": "reason"},
+        {"id": "site", "name": "call site"},
+        {"id": "show", "name": "", "presentation": "markdown"},
+    ]
+
+
+def gap_columns(doc: Doc) -> list[dict[str, Any]]:
+    return [
+        {"id": "device", "name": "GPU", "type": "numeric"},
+        _dur("idle", "idle", _scales(doc)["idle"]),
+        _num("at_ms", "at (ms)"),
+        {"id": "cause", "name": "cause"},
+        {"id": "detail", "name": "detail"},
+        {"id": "site", "name": "call site"},
+        {"id": "show", "name": "", "presentation": "markdown"},
+    ]
+
+
+#: (column id, header, the JSON's µs field; None: per step, derived) of each table's duration columns
+_Keys = tuple[tuple[str, str, str | None], ...]
+_STEP_KEYS: _Keys = (
+    ("dur", "wall", "dur_us"),
+    ("busy", "device busy", "device_busy_us"),
+    ("idle", "device idle", "device_idle_us"),
+    ("wait", "host sync wait", "host_sync_wait_us"),
+)
+DEVICE_STEP_COLUMNS = ("busy", "idle")
+_OP_KEYS: _Keys = (
+    ("self", "self", "self_us"),
+    ("total", "total", "total_us"),
+    ("per_step", "self per step", None),
+)
+_KERNEL_KEYS: _Keys = (
+    ("total", "total", "total_us"),
+    ("mean", "mean", "mean_us"),
+    ("per_step", "per step", None),
+)
+
+
+def _units(rows: list[Doc], keys: _Keys, per_step: str | None, n: int) -> dict[str, Scale]:
+    """One unit per duration column of a whole table (filters never change a header)."""
+    out = {}
+    for key, _name, field in keys:
+        if field is not None:
+            out[key] = scale(r[field] for r in rows)  # null on a CPU-only run's device columns
+        elif per_step == "self":
+            out[key] = scale(r["self_us"] / n for r in rows if n)
+        else:
+            out[key] = scale(r["per_step_us"] for r in rows)
+    return out
+
+
+def _tops(doc: Doc, which: str) -> list[Doc]:
+    return list((doc.get("tops") or {}).get(which, []))
+
+
+def step_units(doc: Doc) -> dict[str, Scale]:
+    return _units(doc["steps"], _STEP_KEYS, None, 0)
+
+
+def top_op_units(doc: Doc) -> dict[str, Scale]:
+    return _units(_tops(doc, "ops"), _OP_KEYS, "self", len(doc["steps"]))
+
+
+def top_kernel_units(doc: Doc) -> dict[str, Scale]:
+    return _units(_tops(doc, "kernels"), _KERNEL_KEYS, "kernel", len(doc["steps"]))
 
 
 def step_columns(doc: Doc) -> list[dict[str, Any]]:
     """The steps table's columns: no device busy/idle for a CPU-only run."""
-    return [c for c in STEP_COLUMNS if not (cpu_only(doc) and c["id"] in DEVICE_STEP_COLUMNS)]
+    u = step_units(doc)
+    return [
+        {"id": "name", "name": "step"},
+        _num("at_ms", "at (ms)"),
+        *(
+            _dur(key, name, u[key])
+            for key, name, _f in _STEP_KEYS
+            if not (cpu_only(doc) and key in DEVICE_STEP_COLUMNS)
+        ),
+    ]
+
+
+def top_op_columns(doc: Doc) -> list[dict[str, Any]]:
+    u = top_op_units(doc)
+    return [
+        {"id": "name", "name": "op"},
+        _dur("self", "self", u["self"]),
+        _num("self_share", "share of window", ".1%"),
+        _dur("total", "total", u["total"]),
+        _num("count", "calls", ","),
+        _num("in_steps", "in steps", ","),
+        _dur("per_step", "self per step", u["per_step"]),
+    ]
+
+
+def top_kernel_columns(doc: Doc) -> list[dict[str, Any]]:
+    u = top_kernel_units(doc)
+    return [
+        {"id": "name", "name": "kernel"},
+        _dur("total", "total", u["total"]),
+        _num("busy_share", "share of device busy", ".1%"),
+        _num("count", "calls", ","),
+        _dur("mean", "mean", u["mean"]),
+        {"id": "tensor_cores", "name": "tensor cores"},
+        _dur("per_step", "per step", u["per_step"]),
+    ]
 
 
 def top_op_rows(doc: Doc, limit: int | None = None) -> list[dict[str, Any]]:
     """The JSON's top ops (by self time) with their share of the window and self time per step."""
     window = doc["window"]["dur_us"]
     steps = len(doc["steps"])
+    u = top_op_units(doc)
     return [
         {
             "name": r["name"],
-            "self_ms": r["self_us"] / 1000,
+            "self": u["self"].value(r["self_us"]),
             "self_share": r["self_us"] / window if window else None,
-            "total_ms": r["total_us"] / 1000,
+            "total": u["total"].value(r["total_us"]),
             "count": r["count"],
             "in_steps": r["in_steps"],
-            "per_step_ms": r["self_us"] / steps / 1000 if steps else None,
+            "per_step": u["per_step"].value(r["self_us"] / steps) if steps else None,
         }
-        for r in (doc.get("tops") or {}).get("ops", [])[:limit]
+        for r in _tops(doc, "ops")[:limit]
     ]
 
 
@@ -115,17 +201,18 @@ def top_kernel_rows(doc: Doc) -> list[dict[str, Any]]:
     """The JSON's top kernels (by device time) with their share of the device's busy time."""
     busy = doc["summary"].get("device_busy_us") or 0.0
     tc = {True: "yes", False: "no", None: "not a GEMM"}
+    u = top_kernel_units(doc)
     return [
         {
-            "name": r["name"],
-            "total_ms": r["total_us"] / 1000,
+            "name": display_name(r["name"]),  # the JSON keeps the raw (mangled) name
+            "total": u["total"].value(r["total_us"]),
             "busy_share": r["total_us"] / busy if busy else None,
             "count": r["count"],
-            "mean_ms": r["mean_us"] / 1000,
+            "mean": u["mean"].value(r["mean_us"]),
             "tensor_cores": tc[r["tensor_cores"]],
-            "per_step_ms": None if r["per_step_us"] is None else r["per_step_us"] / 1000,
+            "per_step": u["per_step"].value(r["per_step_us"]),
         }
-        for r in (doc.get("tops") or {}).get("kernels", [])
+        for r in _tops(doc, "kernels")
     ]
 
 
@@ -142,6 +229,7 @@ def sync_rows(
     trace_id: str | None = None,
 ) -> list[dict[str, Any]]:
     t0 = doc["window"]["start_us"]
+    u = _scales(doc)
     out = []
     for i, s in enumerate(doc["syncs"]):
         if kinds and s["kind"] not in kinds:
@@ -155,12 +243,12 @@ def sync_rows(
                 "at_ms": (s["start_us"] - t0) / 1000,
                 "kind": s["kind"],
                 "api": s["api"],
-                "op": s.get("op") or "",
-                "wait_ms": s["wait_us"] / 1000,
-                "bubble_ms": s["bubble_us"] / 1000,
+                "op": s.get("op") or NO_OP,
+                "wait": u["wait"].value(s["wait_us"]),
+                "bubble": u["bubble"].value(s["bubble_us"]),
                 "avoidable": "yes" if s["avoidable"] else "no",
                 "reason": ", ".join(s.get("reason") or []),
-                "site": site_text(s.get("call_site")),
+                "site": site_text(s.get("call_site")) or NO_SITE,
                 "show": show(trace_id, f"sync-{i}"),
             }
         )
@@ -170,18 +258,22 @@ def sync_rows(
 def gap_rows(
     doc: Doc, causes: list[str] | None, min_dur_us: float | None, trace_id: str | None = None
 ) -> list[dict[str, Any]]:
+    """The gaps that pass the filters, the largest idle first (ties: in time order); each row's "show"
+    link names the gap by its index in the JSON's ``gaps``."""
     t0 = doc["window"]["start_us"]
+    idle = _scales(doc)["idle"]
+    gaps = sorted(enumerate(doc["gaps"]), key=lambda ig: (-ig[1]["dur_us"], ig[1]["start_us"]))
     return [
         {
             "device": g["device"],
+            "idle": idle.value(g["dur_us"]),
             "at_ms": (g["start_us"] - t0) / 1000,
-            "dur_ms": g["dur_us"] / 1000,
             "cause": g["cause"],
             "detail": g.get("detail") or "",
-            "site": site_text(g.get("call_site")),
+            "site": site_text(g.get("call_site")) or "—",
             "show": show(trace_id, f"gap-{i}"),
         }
-        for i, g in enumerate(doc["gaps"])
+        for i, g in gaps
         if (not causes or g["cause"] in causes) and not (min_dur_us and g["dur_us"] < min_dur_us)
     ]
 
@@ -190,17 +282,16 @@ def step_rows(doc: Doc, search: str | None) -> list[dict[str, Any]]:
     t0 = doc["window"]["start_us"]
     needle = (search or "").strip().lower()
     device = not cpu_only(doc)
+    u = step_units(doc)
     return [
         {
             "name": s["name"],
             "at_ms": (s["start_us"] - t0) / 1000,
-            "dur_ms": s["dur_us"] / 1000,
-            **(
-                {"busy_ms": s["device_busy_us"] / 1000, "idle_ms": s["device_idle_us"] / 1000}
-                if device
-                else {}
-            ),
-            "wait_ms": s["host_sync_wait_us"] / 1000,
+            **{
+                key: u[key].value(s[field])
+                for key, _name, field in _STEP_KEYS
+                if device or key not in DEVICE_STEP_COLUMNS
+            },
         }
         for s in doc["steps"]
         if needle in s["name"].lower()
@@ -260,7 +351,7 @@ def syncs_layout(services: Services, entry: Entry) -> html.Div:
         ),
     ]
     rows = sync_rows(doc, None, False, None, entry.id)
-    return _page(entry, "/syncs", controls, _table(Ids.SYNC_TABLE, SYNC_COLUMNS, rows), len(rows))
+    return _page(entry, "/syncs", controls, _table(Ids.SYNC_TABLE, sync_columns(doc), rows), len(rows))
 
 
 def gaps_layout(services: Services, entry: Entry) -> html.Div:
@@ -284,7 +375,7 @@ def gaps_layout(services: Services, entry: Entry) -> html.Div:
         ),
     ]
     rows = gap_rows(doc, None, None, entry.id)
-    return _page(entry, "/gaps", controls, _table(Ids.GAP_TABLE, GAP_COLUMNS, rows), len(rows))
+    return _page(entry, "/gaps", controls, _table(Ids.GAP_TABLE, gap_columns(doc), rows), len(rows))
 
 
 def steps_layout(services: Services, entry: Entry) -> html.Div:
@@ -301,14 +392,14 @@ def tops_layout(services: Services, entry: Entry) -> html.Div:
     parts: list[Any] = [
         trace_nav(entry, "/tops"),
         html.H3("Host ops by self time"),
-        _table(Ids.TOP_OPS, TOP_OP_COLUMNS, ops)
+        _table(Ids.TOP_OPS, top_op_columns(doc), ops)
         if ops
         else html.P("No host ops in the window.", className="muted"),
     ]
     if kernels or not cpu_only(doc):
         parts += [
             html.H3("Kernels by device time"),
-            _table(Ids.TOP_KERNELS, TOP_KERNEL_COLUMNS, kernels)
+            _table(Ids.TOP_KERNELS, top_kernel_columns(doc), kernels)
             if kernels
             else html.P("No kernels in the window.", className="muted"),
         ]

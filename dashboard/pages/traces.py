@@ -15,7 +15,7 @@ from typing import Any
 
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
-from stallscope.dashboard.headline import bottleneck_text
+from stallscope.dashboard.headline import bottleneck_text, job_text
 from stallscope.dashboard.pages.common import Shell, data_table
 from stallscope.dashboard.services import Services
 from stallscope.dashboard.store import Entry, StoreError
@@ -39,6 +39,10 @@ COLUMNS = [
     {"id": "tags", "name": "tags"},
     {"id": "uploaded", "name": "uploaded (UTC)"},
     {"id": "status", "name": "status"},
+    # a job (a rank folder) leads with the job: who held it back and what that cost; the numbers after
+    # it are the shown rank's
+    {"id": "ranks", "name": "ranks", "type": "numeric"},
+    {"id": "job", "name": "job"},
     # a number (sorts numerically); null for a CPU-only trace, shown as a dash
     {
         "id": "utilization",
@@ -119,13 +123,17 @@ def rows(entries: list[Entry], search: str | None) -> list[dict[str, Any]]:
             continue
         s = e.summary or {}
         saving = s.get("best_saving_us", s.get("est_saving_us"))  # entries stored before best_saving_us
+        job = s.get("job")
         out.append(
             {
                 "id": e.id,
+                "uploaded_at": e.uploaded_at,  # not a column: orders a comparison (before = older)
                 "name": e.name,
                 "tags": ", ".join(e.tags),
                 "uploaded": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(e.uploaded_at)),
                 "status": e.status.value if e.status.value != "error" else f"error: {e.error[:80]}",
+                "ranks": job["ranks"] if job else (1 if e.summary else None),
+                "job": job_text(job) if job else "",
                 "utilization": s.get("device_utilization"),
                 "bottleneck": bottleneck_text(s) if e.summary else None,
                 "avoidable_syncs": s.get("avoidable_sync_count"),
@@ -187,13 +195,15 @@ def on_table(
 def on_compare(
     clicks: int | None, selected: list[int] | None, data: list[dict[str, Any]] | None
 ) -> tuple[Any, Any]:
-    """Two selected rows -> the compare page for them (first selected is 'before')."""
+    """Two selected rows -> the compare page for them: the older upload is 'before', whatever the
+    table's order or the order they were selected in (the compare page can swap them)."""
     if not clicks:  # the page was just drawn, nobody clicked
         return no_update, no_update
-    ids = [data[i]["id"] for i in (selected or []) if data and i < len(data)]
-    if len(ids) != 2:
+    picked = [data[i] for i in (selected or []) if data and i < len(data)]
+    if len(picked) != 2:
         return "select exactly two traces to compare", no_update
-    return no_update, f"/compare?a={ids[0]}&b={ids[1]}"
+    a, b = sorted(picked, key=lambda r: (float(r.get("uploaded_at") or 0.0), str(r.get("uploaded"))))
+    return no_update, f"/compare?a={a['id']}&b={b['id']}"
 
 
 def _error(text: str) -> html.Div:

@@ -12,9 +12,10 @@ from stallscope.analyzer.passes.replay import Scenario
 from stallscope.dashboard.headline import SCENARIO_LABELS
 from stallscope.dashboard.live import retimed
 from stallscope.dashboard.pages import figures
-from stallscope.dashboard.pages.common import Doc, data_table, message, ms, trace_nav
+from stallscope.dashboard.pages.common import Doc, data_table, message, ms, term_link, trace_nav
 from stallscope.dashboard.services import Services
 from stallscope.dashboard.store import Entry, StoreError
+from stallscope.display.text import pipeline_note
 
 LABELS = SCENARIO_LABELS
 
@@ -62,6 +63,23 @@ def on_retime(services: Services, trace_id: str, scenario: str | None) -> Any:
     return dcc.Graph(figure=fig, config={"displaylogo": False})
 
 
+def pipeline_panel(doc: Doc) -> list[Any]:
+    """The two-stage pipeline model's numbers and why its pipelined time can exceed the recorded one."""
+    p = doc.get("pipeline")
+    if not p:
+        return []
+    return [
+        html.H4(term_link("pipeline", "Pipeline model")),
+        html.P(
+            f"Host prep P = {ms(p['host_prep_us'])}, device compute G = {ms(p['device_us'])}, "
+            f"n = {p['batches']} steps: serial {ms(p['serial_us'])}, pipelined {ms(p['pipelined_us'])}; "
+            f"the {p['bottleneck']} is the slower stage.",
+            id="whatif-pipeline",
+        ),
+        html.P(pipeline_note(p, float(doc["window"]["dur_us"])), className="muted"),
+    ]
+
+
 def layout(services: Services, entry: Entry) -> html.Div:
     doc = services.store.analysis(entry.id)
     present = [r["scenario"] for r in doc["whatif"]]
@@ -71,6 +89,14 @@ def layout(services: Services, entry: Entry) -> html.Div:
         [
             trace_nav(entry, "/whatif"),
             dcc.Store(id=Ids.TRACE.value, data=entry.id),
+            html.P(
+                [
+                    "The dependency graph re-timed with changed costs (",
+                    term_link("what-if", "what-if scenarios"),
+                    "); each saving is against the replay of the unchanged graph.",
+                ],
+                className="muted",
+            ),
             dcc.Checklist(options, present, id=Ids.PICK.value, inline=True),
             dcc.Graph(id=Ids.BARS.value, figure=fig, config={"displaylogo": False}),
             data_table(
@@ -78,6 +104,7 @@ def layout(services: Services, entry: Entry) -> html.Div:
                 columns=[{"id": k, "name": k} for k in ("scenario", "predicted", "saving", "share")],
                 data=data,
             ),
+            *pipeline_panel(doc),
             html.H4("Re-timed timeline"),
             dcc.Dropdown(
                 [{"label": LABELS.get(s, s), "value": s} for s in present],

@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     from stallscope.analyzer.job.execute import Execution
     from stallscope.analyzer.load import cache
     from stallscope.dashboard import report
-    from stallscope.jobs import load_and_analyse_job
+    from stallscope.jobs import load_and_analyse_job, timeline_ranks
     from stallscope.progress import Progress
 
     progress = Progress(enabled=not args.quiet)
@@ -59,8 +59,9 @@ def run(args: argparse.Namespace) -> int:
         result, job = load_and_analyse_job(
             [args.trace], args.rank, how, progress, args.time_limit, args.max_inflated_mb
         )
+        ranks = timeline_ranks(job, result, how, progress) if job is not None else None
         try:
-            size = report.write(result, out, report.ReportOptions(cdn=args.cdn), progress, job)
+            size = report.write(result, out, report.ReportOptions(cdn=args.cdn), progress, job, ranks)
         except OSError as exc:
             raise UsageError(f"-o {out}: cannot write ({exc.strerror or exc})") from None
     finally:

@@ -32,16 +32,22 @@ def run(args: argparse.Namespace) -> int:
 
 
 def wait_summary(s: dict[str, Any]) -> str:
-    """The one line ``upload --wait`` prints from the dashboard's headline numbers; a CPU-only trace says
-    so instead of "host-bound, GPU utilization 0.0%" (``stallscope.dashboard.headline``, as the pages)."""
-    from stallscope.dashboard.headline import CPU_ONLY, bottleneck_text, utilization_text
+    """What ``upload --wait`` prints from the dashboard's headline numbers: for a job, the job's line
+    first (who held it back, what that cost), then the shown rank's; a CPU-only trace says so instead of
+    "host-bound, GPU utilization 0.0%" (``stallscope.dashboard.headline``, as the pages)."""
+    from stallscope.dashboard.headline import CPU_ONLY, bottleneck_text, job_text, utilization_text
+    from stallscope.display.units import duration
 
     verdict = (
         CPU_ONLY
         if s.get("cpu_only")
         else f"{bottleneck_text(s)}-bound, GPU utilization {utilization_text(s)}"
     )
-    return (
+    line = (
         f"{verdict}, {s.get('avoidable_sync_count') or 0} avoidable syncs, "
-        f"est. saving {(s.get('best_saving_us', s.get('est_saving_us')) or 0) / 1000:.2f} ms"
+        f"est. saving {duration(s.get('best_saving_us', s.get('est_saving_us')) or 0)}"
     )
+    job = s.get("job")
+    if not job:
+        return line
+    return f"job: {job_text(job)}\n  rank {s.get('rank')}: {line}"

@@ -8,7 +8,9 @@ import re
 
 from stallscope.analyzer.document.diff import Delta, Diff, Gate, RowDelta, Status, VerdictSide
 from stallscope.analyzer.passes.verdict import SENTENCE
-from stallscope.render.summary import ms
+from stallscope.display.text import evidence_sentence
+from stallscope.display.units import duration as ms
+from stallscope.display.units import signed
 
 _MAX_STEP_ROWS = 4
 _ROWS = 5
@@ -51,7 +53,7 @@ def _sync_counts(d: Diff) -> list[str]:
 
 
 def signed_ms(us: float) -> str:
-    return f"{'+' if us >= 0 else '-'}{ms(abs(us))}"
+    return signed(us)
 
 
 def _pair(x: Delta, unit: str = "ms") -> str:
@@ -92,8 +94,13 @@ def _verdict(d: Diff) -> list[str]:
     else:
         out = [f"  verdict   before {_bound(a)}", f"            after  {_bound(b)}"]
     for side, v in (("before", a), ("after ", b)):
-        if v.evidence:
-            out.append(f"            {side} evidence: {v.evidence}")
+        words = (
+            evidence_sentence({"path_share": v.path_share, "sensitivity_us": v.sensitivity_us}, v.utilization)
+            if v.sensitivity_us
+            else v.evidence  # an older document: its own line
+        )
+        if words:
+            out.append(f"            {side} evidence: {words}")
     return out
 
 

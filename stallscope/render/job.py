@@ -4,10 +4,26 @@ from __future__ import annotations
 
 from stallscope.analyzer.job.result import JobAnalysis
 from stallscope.analyzer.job.stragglers import MIN_LATE_US
-from stallscope.render.summary import ms
+from stallscope.display.text import prose_units
+from stallscope.display.units import duration as ms
+from stallscope.display.units import saving
 
 TOP_RANKS = 5
 MAX_STEPS = 6  # job steps listed (the slowest when there are more)
+
+
+def render_job_headline(j: JobAnalysis) -> str:
+    """The job's answer, printed before the shown rank's analysis: who held the job back and what that
+    cost (the report's and the dashboard's job verdict)."""
+    n = len(j.ranks)
+    late = max(j.rank_stats, key=lambda s: (s.late_us, -s.rank), default=None)
+    line = f"  job       {n} ranks, job wall {ms(j.wall_us)}"
+    if late is not None and late.times_last:
+        line += f"; rank {late.rank} held the job back ({late.times_last}x last, {ms(late.late_us)} late)"
+    for w in j.whatif:
+        pct = w.saving_us / j.wall_us if j.wall_us > 0 else 0.0
+        line += f"; without stragglers it {saving(w.saving_us)} ({pct:.0%})"
+    return line + "\n            (the job in detail after the shown rank's analysis)"
 
 
 def render_job(j: JobAnalysis, top: int = 3) -> str:
@@ -22,10 +38,10 @@ def render_job(j: JobAnalysis, top: int = 3) -> str:
         )
         worst = j.worst(1)[0]
         if worst.late_us >= MIN_LATE_US:
-            lines.append(f"            worst: {worst.sentence}")
+            lines.append(f"            worst: {prose_units(worst.sentence)}")
     for i, f in enumerate(j.findings[:top], 1):
         label = "  straggle" if i == 1 else "          "
-        lines.append(f"{label}{i:>2}. [{f.severity.value}] {f.title}")
+        lines.append(f"{label}{i:>2}. [{f.severity.value}] {prose_units(f.title)}")
         lines.append(f"              fix: {f.advice}")
     late = [s for s in j.rank_stats if s.times_last]
     if late:
@@ -34,7 +50,7 @@ def render_job(j: JobAnalysis, top: int = 3) -> str:
     for w in j.whatif:
         pct = w.saving_us / j.wall_us if j.wall_us > 0 else 0.0
         lines.append(
-            f"  job what-if {w.scenario}: {ms(w.predicted_wall_us)}, saves {ms(w.saving_us)} ({pct:.0%})"
+            f"  job what-if {w.scenario}: {ms(w.predicted_wall_us)}, {saving(w.saving_us)} ({pct:.0%})"
         )
     shown = sorted(j.steps, key=lambda s: -s.wall_us)[:MAX_STEPS] if len(j.steps) > MAX_STEPS else j.steps
     if len(shown) < len(j.steps):
@@ -54,8 +70,9 @@ def render_job(j: JobAnalysis, top: int = 3) -> str:
     if j.offsets_us and j.instances:
         spread = max(j.offsets_us.values()) - min(j.offsets_us.values())
         lines.append(
-            f"  clocks    rank offsets span {ms(spread)} (from collective ends); residual median "
-            f"{ms(j.residual_p50_us)}, max {ms(j.residual_max_us)}"
+            f"  clocks    rank offsets span {ms(spread)} (aligned on collective ends); after aligning, "
+            f"collective ends still differ by {ms(j.residual_p50_us)} typically, {ms(j.residual_max_us)} "
+            "at most: lateness below that is noise"
         )
     for failure in j.failures:
         lines.append(f"  failed    {failure.error}")

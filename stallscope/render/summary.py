@@ -4,16 +4,14 @@ from __future__ import annotations
 
 from stallscope.analyzer.analysis import Analysis
 from stallscope.analyzer.core.model import LaneKind
-from stallscope.analyzer.core.numbers import duration_text, ratio
+from stallscope.analyzer.core.numbers import ratio
 from stallscope.analyzer.findings.latent import UNMEASURED, measured
 from stallscope.analyzer.load.counters import window_stats
 from stallscope.analyzer.passes.verdict import SENTENCE
+from stallscope.display.text import evidence_sentence, prose_units
+from stallscope.display.units import duration as ms
 
 _MAX_STEP_ROWS = 4
-
-
-def ms(us: float) -> str:
-    return duration_text(us)
 
 
 def render(a: Analysis, top: int = 3, top_ops: int | None = None) -> str:
@@ -32,6 +30,11 @@ def render(a: Analysis, top: int = 3, top_ops: int | None = None) -> str:
             f"  pipeline  P {ms(p.host_prep_us)} host, G {ms(p.device_us)} device, n {p.batches}: "
             f"serial {ms(p.serial_us)}, pipelined {ms(p.pipelined_us)} ({p.bottleneck} is the slower stage)"
         )
+        if p.pipelined_us > a.window.dur_us > 0:  # an idealised model: see stallscope.display.text
+            lines.append(
+                f"            the model runs P then G within a step; this run overlapped them and took "
+                f"{ms(a.window.dur_us)}"
+            )
     lines.extend(_trace(a))
     lines.extend(_steps(a))
     lines.extend(_run_steps(a))
@@ -65,7 +68,9 @@ def _verdict(a: Analysis) -> list[str]:
     )
     out = [f"  verdict   {SENTENCE[s.bottleneck]}; {gpu}"]
     if a.verdict is not None:
-        out.append(f"            evidence: {a.verdict.evidence()}")
+        v = a.verdict  # in words, as every view says it (stallscope.display.text)
+        shares = {"path_share": v.path_share, "sensitivity_us": v.sensitivity_us}
+        out.append(f"            evidence: {evidence_sentence(shares, v.utilization)}")
     out.extend(f"  WARNING   {w}" for w in a.warnings)
     idle = sorted(((v, c.value) for c, v in a.idle_by_cause.items() if v > 0), reverse=True)
     if idle:
@@ -114,7 +119,7 @@ def _findings(a: Analysis, top: int) -> list[str]:
         label = "  findings" if i == 1 else "          "
         saving = f", saves ~{ms(f.est_saving_us)}" if f.est_saving_us > 0 else ""
         cost = f"costs {ms(f.time_us)}" if measured(f.rule) else UNMEASURED
-        rows.append(f"{label}{i:>2}. [{f.severity.value}] {f.title} ({cost}{saving})")
+        rows.append(f"{label}{i:>2}. [{f.severity.value}] {prose_units(f.title)} ({cost}{saving})")
         rows.append(f"              fix: {f.advice}")
     if len(a.findings) > top:
         rows.append(f"              ... {len(a.findings) - top} more (--top N, or --json)")
