@@ -268,7 +268,10 @@ def test_a_syncs_wait_already_on_the_critical_path_gets_no_second_arrow(tmp_path
 def test_syncs_off_the_critical_path_get_an_arrow_from_what_they_waited_for(
     shared_traces: Path, tmp_path: Path
 ) -> None:
-    trace = shared_traces / "hta_a100_alexnet_cuda_sync.pt.trace.json.gz"
+    # the .item() and .cpu() syncs of a three-thread trace, several of them off the critical path
+    trace = shared_traces / "field" / "hta_trace_diff_control.pt.trace.json.gz"
+    if not trace.is_file():
+        pytest.skip(f"{trace} not present")
     out = tmp_path / "a.json.gz"
     _, doc, written = annotated(trace, out, syncs=True)
     original, added, _ = split(trace, out)

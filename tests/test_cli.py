@@ -82,7 +82,7 @@ def test_human_summary(capsys: pytest.CaptureFixture[str]) -> None:
     assert "GPU 0 utilization 89.9%" in lines[1]
     # the verdict's evidence: share of the path, utilization, what each speed-up saves
     assert lines[2].startswith("            evidence: The critical path is device ")
-    assert "the GPU was busy 90% of the time" in lines[2] and "2× faster device would save" in lines[2]
+    assert "the GPU was busy 90% of the time" in lines[2] and "2× faster compute would save" in lines[2]
     assert "{" not in lines[2]
     assert lines[5].startswith("  findings 1. [high] `.item()` / scalar read syncs the GPU at train.py:42")
     assert lines[6].startswith("              fix: Keep the value on the device")

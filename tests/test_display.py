@@ -78,7 +78,7 @@ def test_the_evidence_says_what_each_speed_up_would_save_in_words() -> None:
     line = text.evidence_sentence(verdict, 0.456)
     # THEN the largest first, in words, and no set notation
     assert line.startswith("The critical path is host 66%, device 22%, input 10%; the GPU was busy 46%")
-    assert "2× faster host would save 4.18 ms, no sync waits 1.99 ms, 2× faster device 1.59 ms" in line
+    assert "2× faster host would save 4.18 ms, no sync waits 1.99 ms, 2× faster compute 1.59 ms" in line
     assert "{" not in line and "launch 0%" not in line
     # a kind this version does not know still reads
     assert text.sensitivity_sentence({"communication_overlapped": 10.0}) == (

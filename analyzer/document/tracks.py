@@ -327,8 +327,10 @@ def _flows(doc: Mapping[str, Any], arrows: _Arrows, awaited: Mapping[int, Awaite
         if wait is None or sync["wait_us"] <= 0 or (wait[1], wait[0], wait[3]) in drawn:
             continue
         args = {"sync": sync["kind"], "call_site": site_text(sync.get("call_site")) or None}
-        start = sync["start_us"]
-        pair = arrows.pair(wait[1:], (wait[0], start, start + sync["wait_us"]), args)
+        start, (_thread, _lane, a_start, a_end) = sync["start_us"], wait
+        # the arrow ends in the wait after the middle of the work waited for (it starts inside that work)
+        lo = max(start, (a_start + a_end) / 2)
+        pair = arrows.pair(wait[1:], (wait[0], lo, max(start + sync["wait_us"], a_end)), args)
         arrows.added.sync_flows += 1 if pair else 0
         yield from pair
 
