@@ -46,6 +46,8 @@ def false_syncs(a: Evidence) -> list[Finding]:
     for (_, kind), syncs in groups.items():
         bubble = sum(s.bubble_us for s in syncs)
         cost = sum(s.wait_us for s in syncs) + bubble
+        if cost <= 0:  # never waited and left the device no idle: listed with the syncs, not a finding
+            continue
         saving = max(total_saving, 0.0) * bubble / total_bubble
         reasons = sorted({r.value for s in syncs for r in s.reasons})
         first = syncs[0]
