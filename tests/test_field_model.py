@@ -397,3 +397,16 @@ def test_the_self_check_flags_a_launch_segment_past_the_bound_and_a_walk_that_st
         "the critical path walk stopped early: the recorded order has a cycle (an edge back in time): the rest "
         "is idle",
     )
+
+
+def test_one_launch_bound_serves_the_gaps_and_the_path_even_when_typical_launches_are_slow() -> None:
+    from stallscope.analyzer.graph.edges import MAX_BOUND_US, launch_latency
+
+    # GIVEN a device whose every launch onto an idle stream took ~150 ms (first use: module loads)
+    observed = np.array([149_000.0, 150_000.0, 151_000.0, 5.0])
+    free = np.array([True, True, True, False])
+    lat = launch_latency(observed, free, np.zeros(4, dtype=np.int64))
+    # THEN the typical latency never exceeds the plausible bound, which is at most 2 ms: the critical path's
+    # launch segments (typical, when held longer) cannot be 150 ms long
+    assert float(lat.bound.max()) == MAX_BOUND_US == 2000.0
+    assert np.all(lat.typical <= lat.bound)
