@@ -151,6 +151,8 @@ def test_the_self_check_is_silent_on_every_shared_trace(shared_traces: Path) -> 
         a = analyze(load(path))
         assert a.warnings == (), (path.name, a.warnings)
         assert a.verdict is not None and a.summary.bottleneck == a.verdict.bottleneck
+        titles = [f.title for f in a.findings]  # one finding per problem and place: no two read alike
+        assert len(set(titles)) == len(titles), (path.name, titles)
 
 
 def test_counter_series_are_summarized_over_the_window() -> None:

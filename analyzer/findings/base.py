@@ -35,8 +35,10 @@ def sync_where(s: Sync) -> str:
 
 
 def sync_site_key(s: Sync) -> object:
-    """One user-level call: its line, or without stacks its op and API (how sync findings group syncs)."""
-    return s.call_site if s.call_site else (s.op, s.api)
+    """One user-level call: its line, or without stacks its op (its API when no op is known): how sync
+    findings group syncs. One ``aten::to`` that blocked in a copy here and a stream synchronize there is one
+    place, not two findings with the same title."""
+    return s.call_site if s.call_site else (s.op or s.api)
 
 
 def site_key(f: Finding) -> object:
