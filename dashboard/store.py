@@ -18,6 +18,7 @@ from threads or processes safe, and the folder survives restarts: entries left `
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -81,6 +82,10 @@ class NotReady(StoreError):
 
 class TooLarge(BadUpload):
     pass
+
+
+class NoSuchRank(StoreError):
+    """A rank the entry's job does not have (or a rank number that is not one)."""
 
 
 @dataclass(frozen=True)
@@ -394,6 +399,32 @@ class Store:
                 raise NotReady(f"trace {trace_id} cannot be annotated: {exc}") from None
         return target
 
+    def rank_file(self, trace_id: str, rank: int) -> Path:
+        """The uploaded trace file of ``rank`` of a ready job entry (the job document names each rank's
+        file; the upload keeps every one). ``NoSuchRank`` for a rank the job does not have."""
+        doc = self.overview(trace_id)
+        job = doc.get("job") or {}
+        if rank not in {r.get("rank") for r in job.get("ranks") or ()}:
+            raise NoSuchRank(f"rank {rank} is not in this {'job' if job else 'trace'}")
+        return _rank_file(self.input_path(trace_id), doc, rank)
+
+    def rank_model(self, trace_id: str, rank: int, max_inflated_mb: float | None = None) -> TraceModel:
+        """The trace model of one rank of a job entry, loaded from that rank's file alone (the other
+        ranks are not read, the job is not reduced again). Not kept here: the caller keeps what it
+        builds from it (``LiveAnalyses``)."""
+        from stallscope.analyzer.load.loader import MAX_INFLATED_MB, load
+
+        path = self.rank_file(trace_id, rank)
+        name = path.name
+        try:
+            traces = load(path, use_cache=False, max_inflated_mb=max_inflated_mb or MAX_INFLATED_MB)
+        except StallscopeError as exc:
+            raise NotReady(f"rank {rank} cannot be loaded: {str(exc).replace(str(path), name)}") from None
+        model = traces.models[0]
+        if model.rank is not None and model.rank != rank:
+            raise NotReady(f"{name} holds rank {model.rank}, not rank {rank}")
+        return dataclasses.replace(model, path=name)  # never the server's folders
+
     def _folder(self, trace_id: str) -> Path:
         return self.root / "traces" / check_id(trace_id)
 
@@ -439,6 +470,11 @@ class Store:
 def _analysed_file(path: Path, doc: dict[str, Any]) -> Path:
     """The trace file of the rank ``doc`` analysed, in the uploaded ``path`` (a file, or a folder: a
     bundle, or rank files whose names the job's ranks keep)."""
+    return _rank_file(path, doc, doc.get("source", {}).get("rank"))
+
+
+def _rank_file(path: Path, doc: dict[str, Any], rank: int | None) -> Path:
+    """The trace file of ``rank`` in the uploaded ``path`` (see ``_analysed_file``)."""
     from stallscope.analyzer.load.loader import trace_files
 
     if path.is_file():
@@ -446,7 +482,6 @@ def _analysed_file(path: Path, doc: dict[str, Any]) -> Path:
     files = trace_files(path)
     if len(files) == 1:
         return files[0]
-    rank = doc.get("source", {}).get("rank")
     ranks = (doc.get("job") or {}).get("ranks") or []
     name = next((r.get("path") for r in ranks if r.get("rank") == rank), None)
     found = [f for f in files if f.name == name]

@@ -1,8 +1,9 @@
 """Job page (an upload of a rank folder): the job's verdict (who held it back, what it cost), every rank
 (the straggler first) with its wall, device busy and waiting, the straggler findings, a skew chart per
 collective and the rank x step heatmaps (lateness first: the straggler is the darkest); clicking a rank (a
-heatmap cell or a table row) shows that rank's own analysis summary and how it fared in the job. Reads the
-analysis JSON's ``job`` key only (``job_report.job_verdict``, as the HTML report)."""
+heatmap cell or a table row) shows that rank's own analysis summary and how it fared in the job, with a
+link to its timeline (``/trace/<id>/timeline?rank=N``; the table links it too). Reads the analysis JSON's
+``job`` key only (``job_report.job_verdict``, as the HTML report)."""
 
 from __future__ import annotations
 
@@ -69,8 +70,14 @@ def heatmap(job: Doc, key: str) -> go.Figure:
     return fig
 
 
-def rank_detail(doc: Doc, rank: int | None) -> Any:
-    """One rank's own summary (``per_rank``) and its job figures, or a hint to click one."""
+def timeline_link(trace_id: str, rank: int) -> str:
+    """One rank's timeline (the explorer builds any rank's analysis on demand)."""
+    return f"/trace/{trace_id}/timeline?rank={rank}"
+
+
+def rank_detail(doc: Doc, rank: int | None, trace_id: str | None = None) -> Any:
+    """One rank's own summary (``per_rank``) and its job figures with a link to its timeline, or a hint
+    to click one."""
     if rank is None:
         return html.Div("Click a rank in the heatmap or the table for its own analysis.", className="muted")
     job = doc["job"]
@@ -84,6 +91,13 @@ def rank_detail(doc: Doc, rank: int | None) -> Any:
                 f"Rank {rank}"
                 + (" (the rank this analysis shows in full)" if rank == doc["source"]["rank"] else "")
             ),
+            dcc.Link(
+                f"open rank {rank}'s timeline",
+                href=timeline_link(trace_id, rank),
+                id=f"job-rank-timeline-{rank}",
+            )
+            if trace_id
+            else None,
             html.Div(
                 [
                     card("bottleneck", str(summary.get("bottleneck") or "-")),
@@ -109,7 +123,7 @@ def layout(services: Services, entry: Entry) -> html.Div:
                 html.B(f"[{f['severity']}] "),
                 *code_text(f["title"]),
                 html.Div(code_text(f["advice"]), className="muted"),
-                _show(entry, job_report.straggler_claim(job, f["rank"])),
+                _show(entry, job_report.straggler_claim(job, f["rank"]), f["rank"]),
             ]
         )
         for f in job["findings"]
@@ -151,18 +165,25 @@ def layout(services: Services, entry: Entry) -> html.Div:
                     ),
                     html.P(
                         [
-                            f"Rank {shown}'s own analysis is this upload's overview and ",
-                            dcc.Link("timeline", href=f"/trace/{entry.id}/timeline"),
-                            "; another rank's timeline: its own file uploaded, or "
-                            "stallscope report FOLDER --rank N (the report has a rank picker).",
+                            f"Rank {shown}'s own analysis is this upload's overview and tables; every "
+                            "rank's timeline opens from the table below (",
+                            dcc.Link(
+                                f"the straggler's: rank {v['straggler']}",
+                                href=timeline_link(entry.id, v["straggler"]),
+                                id="job-straggler-timeline",
+                            )
+                            if v["straggler"] is not None
+                            else dcc.Link(f"rank {shown}'s", href=timeline_link(entry.id, shown)),
+                            ") or from a click on the heatmap.",
                         ],
                         className="muted",
                     ),
                     data_table(
                         id=Ids.RANKS.value,
                         columns=rank_columns(v["ranks"]),
-                        data=rank_rows(v["ranks"], job),
+                        data=rank_rows(v["ranks"], job, entry.id),
                         sort_action="native",
+                        markdown_options={"link_target": "_self"},  # the timeline in this tab
                     ),
                 ],
                 className="ss-panel",
@@ -184,12 +205,15 @@ def layout(services: Services, entry: Entry) -> html.Div:
     )
 
 
-def _show(entry: Entry, claim_id: str | None) -> Any:
-    """A straggler's "show" link: its costliest late arrival on the timeline of the rank shown in full."""
+def _show(entry: Entry, claim_id: str | None, rank: int) -> Any:
+    """A straggler's "show" link: its costliest late arrival on the straggler's own timeline (the
+    collective moved to that rank's clock)."""
     if claim_id is None:
         return None
     return dcc.Link(
-        "show on the timeline", href=f"/trace/{entry.id}/timeline?claim={claim_id}", className="ss-show"
+        "show on its timeline",
+        href=f"{timeline_link(entry.id, rank)}&claim={claim_id}",
+        className="ss-show",
     )
 
 
@@ -219,11 +243,13 @@ def rank_columns(ranks: list[Doc]) -> list[dict[str, Any]]:
         {"id": "times last", "name": "times last", "type": "numeric"},
         *durations[1:],
         {"id": "file", "name": "file"},
+        {"id": "timeline", "name": "", "presentation": "markdown"},
     ]
 
 
-def rank_rows(ranks: list[Doc], job: Doc) -> list[Doc]:
-    """``job_report.job_verdict``'s ranks (the straggler first) as table rows."""
+def rank_rows(ranks: list[Doc], job: Doc, trace_id: str | None = None) -> list[Doc]:
+    """``job_report.job_verdict``'s ranks (the straggler first) as table rows; with ``trace_id``, each with
+    a link to its timeline (the only markdown: built from the id and the rank number, never trace text)."""
     units = _scales(ranks)
     paths = {x["rank"]: x["path"] for x in job["ranks"]}
     return [
@@ -232,6 +258,7 @@ def rank_rows(ranks: list[Doc], job: Doc) -> list[Doc]:
             "rank": f"{r['rank']} (straggler)" if r["straggler"] else str(r["rank"]),
             "times last": r["times_last"],
             "file": paths.get(r["rank"], ""),
+            "timeline": f"[timeline]({timeline_link(trace_id, int(r['rank']))})" if trace_id else "",
         }
         | {
             key: None if key == "late" and not r[field] else units[key].value(r[field])
@@ -261,7 +288,7 @@ def on_rank(services: Services, trace_id: str, click: Doc | None, cell: Doc | No
     elif click and click.get("points"):
         y = click["points"][0].get("y")
         rank = int(y) if isinstance(y, int | float) else None
-    return rank_detail(doc, rank)
+    return rank_detail(doc, rank, trace_id)
 
 
 def register(app: Dash, services: Services) -> None:
