@@ -306,3 +306,57 @@ def _links(component: Any) -> list[str]:
         if child is not None and not isinstance(child, str | int | float):
             out += _links(child)
     return out
+
+
+def test_the_overview_links_the_stragglers_timeline(services: Services, skewed: tuple[str, Path]) -> None:
+    from stallscope.dashboard.pages import overview
+
+    trace_id, _ = skewed
+    link = _find(render(services, f"/trace/{trace_id}"), overview.Ids.STRAGGLER.value)
+    assert link.href == f"/trace/{trace_id}/timeline?rank=2" and link.children == "Rank 2's timeline"
+
+
+def test_a_rank_not_built_yet_is_prepared_in_the_background(
+    services: Services, skewed: tuple[str, Path]
+) -> None:
+    from dash import no_update
+
+    from stallscope.dashboard.pages import explorer, on_preparing
+
+    trace_id, _ = skewed
+    fresh = Services(services.store, None, 64 * MB)  # a restarted server: nothing built yet
+    assert not explorer.prepared(fresh, trace_id, 1)
+    path = f"/trace/{trace_id}/timeline"
+    assert on_preparing(fresh, trace_id, path, "?rank=1") is no_update
+    fresh.live.warm(trace_id, 1)
+    assert fresh.live.ready(trace_id, wait_s=60, rank=1)
+    assert not fresh.live.ready(trace_id, rank=None)  # the rank analysed in full is another key
+    page = on_preparing(fresh, trace_id, path, "?rank=1")
+    assert "Rank 1: rank1.pt.trace.json.gz" in _texts(_find(page, explorer.Ids.TITLE.value))
+
+
+@pytest.mark.shared
+def test_the_dlrm_jobs_straggler_timeline(services: Services, shared_traces: Path) -> None:
+    """The real 8-rank job: its straggler's own timeline, and its costliest collective on it."""
+    from stallscope.dashboard.headline import straggler
+    from stallscope.dashboard.pages import explorer
+
+    folder = shared_traces / "param_dlrm_v100_8rank"
+    if not folder.is_dir():
+        pytest.skip("param_dlrm_v100_8rank not present")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for f in sorted(folder.iterdir()):
+            tar.add(f, arcname=f"dlrm/{f.name}")
+    trace_id = _upload(services, "dlrm.tar.gz", buf.getvalue())
+    job = services.store.analysis(trace_id)["job"]
+    rank = straggler(job)
+    assert rank is not None and rank != services.store.analysis(trace_id)["source"]["rank"]
+    file = next(r["path"] for r in job["ranks"] if r["rank"] == rank)
+    page = _timeline(services, trace_id, f"?rank={rank}&claim=collective-0")
+    assert _texts(_find(page, explorer.Ids.TITLE.value)) == [f"Rank {rank} (straggler): {file}"]
+    view = _find(page, explorer.Ids.VIEW.value).data
+    a = services.live.get(trace_id, rank)
+    assert (view["lo"], view["hi"]) == (a.window.start_us, a.window.end_us)
+    assert view["claim"] == "collective-0" and "this rank was last" in view["note"]
+    assert view["marks"] and view["end"] - view["start"] < view["hi"] - view["lo"]
