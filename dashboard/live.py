@@ -31,8 +31,9 @@ class LiveAnalyses:
     upload (``rank`` None) is rebuilt from the stored model and the bundle's sidecar; any other rank of a
     job from that rank's own uploaded file alone (as the job analysed it: without the sidecar)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, max_inflated_mb: float | None = None) -> None:
         self.store = store
+        self.max_inflated_mb = max_inflated_mb  # another rank's file, as for an upload (None: the default)
         self._done: OrderedDict[Key, Analysis] = OrderedDict()
         self._building: dict[Key, threading.Lock] = {}
         self._failed: dict[Key, str] = {}
@@ -67,7 +68,7 @@ class LiveAnalyses:
     def _build(self, trace_id: str, rank: int | None) -> Analysis:
         if rank is None:
             return analyze_model(self.store.model(trace_id), sidecar=self._sidecar(trace_id))
-        return analyze_model(self.store.rank_model(trace_id, rank))
+        return analyze_model(self.store.rank_model(trace_id, rank, self.max_inflated_mb))
 
     def failure(self, trace_id: str, rank: int | None = None) -> str | None:
         """Why the last background rebuild of this trace (rank) failed (None: it did not fail)."""

@@ -8,13 +8,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from synth.job import _KERNEL, Plant, build_job
 
 from stallscope.dashboard.pages import job as job_page
 from stallscope.dashboard.pages import render
 from stallscope.dashboard.services import Services
-from stallscope.dashboard.store import Store
+from stallscope.dashboard.store import Store, StoreError
 from stallscope.dashboard.worker import analyse_entry
 
 MB = 1 << 20
@@ -360,3 +361,23 @@ def test_the_dlrm_jobs_straggler_timeline(services: Services, shared_traces: Pat
     assert (view["lo"], view["hi"]) == (a.window.start_us, a.window.end_us)
     assert view["claim"] == "collective-0" and "this rank was last" in view["note"]
     assert view["marks"] and view["end"] - view["start"] < view["hi"] - view["lo"]
+
+
+def test_another_ranks_model_is_kept_on_disk_and_a_damaged_copy_is_rebuilt(
+    services: Services, skewed: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trace_id, _ = skewed
+    store = services.store
+    first = store.rank_model(trace_id, 3)
+    kept = store._result(trace_id, ()) / "ranks" / "3"
+    assert (kept / "events.parquet").is_file() and first.path == "rank3.pt.trace.json.gz"
+    with monkeypatch.context() as m:  # read back from the kept Parquet: the JSON is not decoded again
+        m.setattr(Store, "_load_rank", lambda *_: pytest.fail("the rank's JSON was decoded again"))
+        again = store.rank_model(trace_id, 3)
+    assert again.rank == 3 and np.array_equal(again.events.ts, first.events.ts)
+    (kept / "events.parquet").write_bytes(b"damaged")
+    rebuilt = store.rank_model(trace_id, 3)  # the rank's file is the truth: loaded again, kept again
+    assert np.array_equal(rebuilt.events.ts, first.events.ts)
+    assert (kept / "events.parquet").read_bytes() != b"damaged"
+    with pytest.raises(StoreError, match="rank 7 is not in this job"):
+        store.rank_model(trace_id, 7)
