@@ -146,6 +146,24 @@ def test_a_job_upload_opens_the_stragglers_timeline_from_the_rank_picker(
     browser.driver.find_element("css selector", "#traces-upload input[type=file]").send_keys(str(bundle))
     browser.wait_for("return location.pathname.startsWith('/trace/')", timeout=30)
     browser.wait_for("return document.querySelector('#overview-verdict')", timeout=120)
+    # the job page's heatmap: each rank's label on the axis links its timeline
+    browser.driver.find_element("link text", "Job").click()
+    heatmap_links = browser.wait_for(
+        "const a = [...document.querySelectorAll('#job-heatmap .ytick a')];"
+        "return a.length && a.map(x => [x.textContent, x.getAttribute('href') || x.getAttribute('xlink:href')])",
+        timeout=30,
+    )
+    entry = browser.js("return location.pathname").split("/")[2]
+    assert sorted(heatmap_links) == [[str(r), f"/trace/{entry}/timeline?rank={r}"] for r in range(3)]
+    browser.js(  # a click on rank 1's label (an SVG link: found by its text)
+        "[...document.querySelectorAll('#job-heatmap .ytick a')].find(a => a.textContent === '1')"
+        ".dispatchEvent(new MouseEvent('click', {bubbles: true, cancelable: true, view: window}))"
+    )
+    title = "const t = document.querySelector('#explorer-title'); return t && t.textContent"
+    assert browser.wait_for(title, timeout=60).startswith("Rank 1: rank1.pt.trace.json.gz")
+    assert len(browser.driver.window_handles) == 1  # the same tab
+    browser.driver.back()
+    browser.wait_for("return document.querySelector('#job-heatmap')", timeout=30)
     browser.driver.find_element("link text", "Timeline").click()
     title = "const t = document.querySelector('#explorer-title'); return t && t.textContent"
     assert browser.wait_for(title, timeout=60).startswith("Rank 0: rank0.pt.trace.json.gz")

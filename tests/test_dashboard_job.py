@@ -281,6 +281,12 @@ def test_the_job_page_links_every_ranks_timeline(services: Services, skewed: tup
         r: f"[timeline](/trace/{trace_id}/timeline?rank={r})" for r in range(4)
     }
     assert [c["id"] for c in table.columns if c.get("presentation") == "markdown"] == ["timeline"]
+    # each rank's label on the heatmap's axis links its timeline, whatever the metric
+    fig = job_page.on_metric(services, trace_id, "wall_us")
+    assert list(fig.layout.yaxis.tickvals) == [0, 1, 2, 3]
+    assert list(fig.layout.yaxis.ticktext) == [
+        f'<a href="/trace/{trace_id}/timeline?rank={r}" target="_self">{r}</a>' for r in range(4)
+    ]
     # a heatmap click (or a table click) shows the rank, with its timeline one click away
     detail = job_page.on_rank(services, trace_id, {"points": [{"y": 2}]}, None)
     assert f"/trace/{trace_id}/timeline?rank=2" in _links(detail)

@@ -28,7 +28,7 @@ from stallscope.dashboard.pages.common import (
     trace_nav,
 )
 from stallscope.dashboard.services import Services
-from stallscope.dashboard.store import Entry, StoreError
+from stallscope.dashboard.store import Entry, StoreError, check_id
 from stallscope.display.units import Scale, saving, scale
 
 _METRICS = {key: label for key, label, _ in job_report.METRICS}
@@ -43,8 +43,10 @@ class Ids(str, Enum):
     VERDICT = "job-verdict"
 
 
-def heatmap(job: Doc, key: str) -> go.Figure:
-    """Ranks down, steps across, ``key`` (µs) as the colour; trace text escaped (plotly renders HTML)."""
+def heatmap(job: Doc, key: str, trace_id: str | None = None) -> go.Figure:
+    """Ranks down, steps across, ``key`` (µs) as the colour; trace text escaped (plotly renders HTML).
+    With ``trace_id``, each rank's label on the axis links its timeline (a rank number and the id: no
+    trace text in the link)."""
     hm = job_report.heatmap(job, key)
     steps = [text.escape(s) for s in hm["steps"]]
     z = [[None if c["us"] is None else c["us"] / 1000 for c in row["cells"]] for row in hm["rows"]]
@@ -67,6 +69,13 @@ def heatmap(job: Doc, key: str) -> go.Figure:
         font={"family": palette.FONT_FAMILY, "size": 12, "color": palette.TEXT},
     )
     fig.update_yaxes(title={"text": "rank"}, autorange="reversed", dtick=1 if len(hm["rows"]) <= 32 else None)
+    if trace_id is not None and len(hm["rows"]) <= 32:
+        ranks = [int(row["rank"]) for row in hm["rows"]]
+        fig.update_yaxes(
+            tickmode="array",
+            tickvals=ranks,
+            ticktext=[f'<a href="{timeline_link(trace_id, r)}" target="_self">{r}</a>' for r in ranks],
+        )
     return fig
 
 
@@ -196,7 +205,9 @@ def layout(services: Services, entry: Entry) -> html.Div:
                 inline=True,
             ),
             dcc.Graph(
-                id=Ids.HEATMAP.value, figure=heatmap(job, job_report.LATE), config={"displaylogo": False}
+                id=Ids.HEATMAP.value,
+                figure=heatmap(job, job_report.LATE, entry.id),
+                config={"displaylogo": False},
             ),
             html.Div(rank_detail(doc, None), id=Ids.RANK.value),
             *skews,
@@ -273,7 +284,9 @@ def on_metric(services: Services, trace_id: str, key: str | None) -> Any:
         job = services.store.analysis(trace_id).get("job")
     except StoreError as exc:
         return message(str(exc))
-    return heatmap(job, key if key in _METRICS else job_report.LATE) if job else go.Figure()
+    return (
+        heatmap(job, key if key in _METRICS else job_report.LATE, check_id(trace_id)) if job else go.Figure()
+    )
 
 
 def on_rank(services: Services, trace_id: str, click: Doc | None, cell: Doc | None) -> Any:
