@@ -98,10 +98,11 @@ def parse_rank(doc: Doc, text: str | None) -> tuple[int | None, str | None]:
             f"; this job's ranks are {_listed(ranks)}" if ranks else ""
         )
     rank = int(text)
-    if rank == shown_rank(doc):
+    own = shown_rank(doc)
+    if rank == own or (not ranks and own is None and rank == 0):  # a trace without a rank is rank 0
         return None, None
     if not ranks:
-        return None, f"this upload is a single trace (rank {shown_rank(doc) or 0}): it has no rank {rank}"
+        return None, f"this upload is a single trace (rank {own or 0}): it has no rank {rank}"
     if rank not in ranks:
         failed = len(doc["job"].get("failed") or ())
         also = f" ({failed} rank file{'s' if failed > 1 else ''} could not be analysed)" if failed else ""
