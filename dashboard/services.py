@@ -20,4 +20,5 @@ class Services:
     live: LiveAnalyses = field(init=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "live", LiveAnalyses(self.store))
+        limit = self.worker.limits.max_inflated_mb if self.worker is not None else None
+        object.__setattr__(self, "live", LiveAnalyses(self.store, limit))

@@ -6,6 +6,7 @@ Layout under the store root::
     tmp/                            uploads and results being written (never served)
     traces/<id>/input/...           the uploaded file (``trace.json[.gz]`` or an unpacked ``bundle/``)
     traces/<id>/result-<n>/         events.parquet + model.json (the trace model), analysis.json
+    traces/<id>/result-<n>/ranks/<r>/   a job's other rank's model, written when its timeline is first shown
 
 Every write goes to ``tmp/`` (or a ``.tmp-`` folder) first and is renamed into place; the catalog row is
 written in one transaction after the files are in place, with a checksum of each result file. A reader
@@ -18,6 +19,7 @@ from threads or processes safe, and the folder survives restarts: entries left `
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -51,6 +53,8 @@ from stallscope.dashboard.unpack import BadUpload, place
 ID_RE = re.compile(r"[0-9a-f]{32}")
 OVERVIEW = "overview.json"  # the analysis without the critical path's segments (``Store.overview``)
 ANNOTATED = "annotated.json.gz"  # the trace with its analysis as extra tracks (``Store.annotated``)
+RANKS = "ranks"  # beside a job entry's result: ranks/<rank>/, each other rank's model once it was shown
+SUMS = "checksums.json"
 _MODELS_KEPT = 4  # decoded trace models kept in memory (the timeline asks for windows of the same trace)
 
 
@@ -81,6 +85,10 @@ class NotReady(StoreError):
 
 class TooLarge(BadUpload):
     pass
+
+
+class NoSuchRank(StoreError):
+    """A rank the entry's job does not have (or a rank number that is not one)."""
 
 
 @dataclass(frozen=True)
@@ -394,6 +402,67 @@ class Store:
                 raise NotReady(f"trace {trace_id} cannot be annotated: {exc}") from None
         return target
 
+    def rank_file(self, trace_id: str, rank: int) -> Path:
+        """The uploaded trace file of ``rank`` of a ready job entry (the job document names each rank's
+        file; the upload keeps every one). ``NoSuchRank`` for a rank the job does not have."""
+        doc = self.overview(trace_id)
+        job = doc.get("job") or {}
+        if rank not in {r.get("rank") for r in job.get("ranks") or ()}:
+            raise NoSuchRank(f"rank {rank} is not in this {'job' if job else 'trace'}")
+        return _rank_file(self.input_path(trace_id), doc, rank)
+
+    def rank_model(self, trace_id: str, rank: int, max_inflated_mb: float | None = None) -> TraceModel:
+        """The trace model of one rank of a job entry, from that rank's file alone (the other ranks are
+        not read, the job is not reduced again). The first load writes it beside the entry's result
+        (``ranks/<rank>/``, Parquet, with checksums), so a later one (after a restart, or once
+        ``LiveAnalyses`` let it go) memory-maps it instead of decoding the JSON again; a damaged copy is
+        dropped and rebuilt from the file. Not kept in memory here: the caller keeps what it builds."""
+        path = self.rank_file(trace_id, rank)
+        folder = self._result(trace_id, ()) / RANKS / str(rank)
+        model = self._kept_rank(folder, path.name)
+        if model is None:
+            model = self._load_rank(path, rank, max_inflated_mb)
+            self._keep_rank(folder, model)
+        return model
+
+    def _kept_rank(self, folder: Path, name: str) -> TraceModel | None:
+        try:
+            sums = json.loads((folder / SUMS).read_text())
+            if all(_sha256(folder / f) == sums.get(f) for f in MODEL_FILES):
+                return read_model(folder, name)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
+            pass
+        shutil.rmtree(folder, ignore_errors=True)  # damaged: the rank's file is the truth, load it again
+        return None
+
+    def _keep_rank(self, folder: Path, model: TraceModel) -> None:
+        """Write ``model`` into ``folder``, all or nothing; a failure (full disk) only costs the next load."""
+        with contextlib.suppress(OSError, ValueError, pa.ArrowException):
+            folder.parent.mkdir(exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=folder.parent))
+            try:
+                write_model(tmp, model)
+                (tmp / SUMS).write_text(json.dumps({f: _sha256(tmp / f) for f in MODEL_FILES}))
+                tmp.rename(folder)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)  # gone once renamed; left when another wrote first
+
+    @staticmethod
+    def _load_rank(path: Path, rank: int, max_inflated_mb: float | None) -> TraceModel:
+        from stallscope.analyzer.load.loader import MAX_INFLATED_MB, load
+
+        name = path.name
+        try:
+            traces = load(path, use_cache=False, max_inflated_mb=max_inflated_mb or MAX_INFLATED_MB)
+        except StallscopeError as exc:
+            raise NotReady(f"rank {rank} cannot be loaded: {str(exc).replace(str(path), name)}") from None
+        model = traces.models[0]
+        if model.rank is not None and model.rank != rank:
+            raise NotReady(f"{name} holds rank {model.rank}, not rank {rank}")
+        return dataclasses.replace(model, path=name)  # never the server's folders
+
     def _folder(self, trace_id: str) -> Path:
         return self.root / "traces" / check_id(trace_id)
 
@@ -439,6 +508,11 @@ class Store:
 def _analysed_file(path: Path, doc: dict[str, Any]) -> Path:
     """The trace file of the rank ``doc`` analysed, in the uploaded ``path`` (a file, or a folder: a
     bundle, or rank files whose names the job's ranks keep)."""
+    return _rank_file(path, doc, doc.get("source", {}).get("rank"))
+
+
+def _rank_file(path: Path, doc: dict[str, Any], rank: int | None) -> Path:
+    """The trace file of ``rank`` in the uploaded ``path`` (see ``_analysed_file``)."""
     from stallscope.analyzer.load.loader import trace_files
 
     if path.is_file():
@@ -446,7 +520,6 @@ def _analysed_file(path: Path, doc: dict[str, Any]) -> Path:
     files = trace_files(path)
     if len(files) == 1:
         return files[0]
-    rank = doc.get("source", {}).get("rank")
     ranks = (doc.get("job") or {}).get("ranks") or []
     name = next((r.get("path") for r in ranks if r.get("rank") == rank), None)
     found = [f for f in files if f.name == name]

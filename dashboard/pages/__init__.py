@@ -5,7 +5,8 @@ URL, so tests call it directly; each page module has ``layout(...)`` and ``regis
 
     /                          traces: upload, search, sort, delete, pick two to compare
     /trace/<id>                overview: verdict, headline numbers, findings
-    /trace/<id>/timeline       timeline explorer (server-side windowing); ?claim=<id> opens a claim's evidence
+    /trace/<id>/timeline       timeline explorer (server-side windowing); ?claim=<id> opens a claim's evidence,
+                               ?rank=N another rank of a job upload (a picker lists them, the straggler first)
     /trace/<id>/syncs|gaps|steps   tables with filters
     /trace/<id>/whatif         scenarios: predicted time and the re-timed device streams
     /trace/<id>/job            a rank folder's whole job: stragglers, skew per collective, rank x step heatmaps
@@ -15,6 +16,7 @@ URL, so tests call it directly; each page module has ``layout(...)`` and ``regis
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -37,10 +39,14 @@ _TRACE_PAGES = {
 }
 
 
+def _query(search: str | None) -> dict[str, str]:
+    return {k: v[0] for k, v in parse_qs((search or "").lstrip("?")).items()}
+
+
 def render(services: Services, pathname: str | None, search: str | None = None) -> Any:
     """The page for a URL; unknown URLs and unusable traces give a message, never an exception."""
     parts = [p for p in (pathname or "/").split("/") if p]
-    query = {k: v[0] for k, v in parse_qs((search or "").lstrip("?")).items()}
+    query = _query(search)
     try:
         if not parts:
             return traces.layout(services)
@@ -54,8 +60,8 @@ def render(services: Services, pathname: str | None, search: str | None = None) 
                 found = ready_entry(services, parts[1])
                 if isinstance(found, html.Div):
                     return found
-                if page is explorer.layout:  # "show" links open a claim (?claim=finding-1)
-                    return explorer.layout(services, found, query.get("claim"))
+                if page is explorer.layout:  # "show" links open a claim (?claim=finding-1), of a rank
+                    return explorer.layout(services, found, query.get("claim"), query.get("rank"))
                 return page(services, found)
     except StoreError as exc:
         return message(str(exc))
@@ -79,7 +85,10 @@ def poll_pending(
 
 def on_preparing(services: Services, trace_id: str, pathname: str | None, search: str | None) -> Any:
     """The timeline page, drawn again once its analysis is ready or its rebuild failed."""
-    if not explorer.prepared(services, trace_id):
+    rank: int | None = None
+    with contextlib.suppress(StoreError):  # the rank awaited (a bad one: the page says so when drawn)
+        rank, _ = explorer.parse_rank(services.store.overview(trace_id), _query(search).get("rank"))
+    if not explorer.prepared(services, trace_id, rank):
         return no_update
     return render(services, pathname, search)
 

@@ -7,18 +7,28 @@ syncs are rows and marks of the same figure. A click shows the item's details an
 script, ``assets/timeline.js``, links a launch call and its kernel). ``?claim=<id>`` (the "show" links of
 the other pages, ``stallscope.dashboard.claims``) opens the claim's range with its events outlined; the
 outlines stay while zooming.
+
+A job upload (a rank folder) can show any of its ranks: ``?rank=N`` (a picker on the page lists every
+rank, the straggler first). The rank analysed in full at upload is the default; another rank's analysis is
+built from its own file on demand (``LiveAnalyses``). The view carries its rank, so every zoom and click
+asks the same analysis. Claims of the other pages (findings, syncs, gaps) are the fully analysed rank's:
+on another rank they are not applied, the page says so and links to them; a collective's claim
+(``collective-<k>``, the job's straggler evidence) and the segments listed on this page are the rank's own.
 """
 
 from __future__ import annotations
 
+import re
 from enum import Enum
 from typing import Any
+from urllib.parse import quote
 
 import numpy as np
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
+from stallscope.analyzer.analysis import Analysis
 from stallscope.analyzer.passes.critical import Kind
-from stallscope.dashboard import claims, timeline, timeline_figure
+from stallscope.dashboard import claims, headline, timeline, timeline_figure
 from stallscope.dashboard.pages.common import Doc, message, ms, trace_nav
 from stallscope.dashboard.services import Services
 from stallscope.dashboard.store import Entry, StoreError
@@ -39,6 +49,9 @@ class Ids(str, Enum):
     PREPARING_TRACE = "explorer-preparing-trace"
     RANGE = "explorer-range"  # the relayouts that change the x range (not plotly's own autosize events)
     SEGMENTS = "explorer-segments"
+    RANKS = "explorer-ranks"  # the rank picker of a job upload
+    TITLE = "explorer-title"  # which rank (and file) the timeline shows
+    CLAIM_NOTE = "explorer-claim-note"  # a claim of another rank's analysis: not applied, linked
 
 
 def full_view(doc: Doc) -> dict[str, float]:
@@ -49,6 +62,104 @@ def full_view(doc: Doc) -> dict[str, float]:
         "lo": float(w["start_us"]),
         "hi": float(w["end_us"]),
     }
+
+
+def rank_view(a: Analysis) -> dict[str, float]:
+    """``full_view`` of another rank of a job: its own window (its own clock)."""
+    w = a.window
+    return {"start": w.start_us, "end": w.end_us, "lo": w.start_us, "hi": w.end_us}
+
+
+def job_ranks(doc: Doc) -> list[int]:
+    """The ranks of a job upload (analysed ones: a failed rank has nothing to show), the straggler first,
+    then in order; [] for a single trace."""
+    job = doc.get("job")
+    if not job:
+        return []
+    first = headline.straggler(job)
+    ranks = sorted({int(r["rank"]) for r in job["ranks"]})
+    return sorted(ranks, key=lambda r: (r != first, r))
+
+
+def shown_rank(doc: Doc) -> int | None:
+    """The rank the upload analysed in full (the default timeline)."""
+    rank = (doc.get("source") or {}).get("rank")
+    return int(rank) if isinstance(rank, int) else None
+
+
+def parse_rank(doc: Doc, text: str | None) -> tuple[int | None, str | None]:
+    """``?rank=`` read against the upload: (the rank to build on demand, None for the rank analysed in
+    full; an error to show instead, or None)."""
+    if text is None or text == "":
+        return None, None
+    ranks = job_ranks(doc)
+    if not re.fullmatch(r"[0-9]{1,9}", text.strip()):
+        return None, f"rank {text[:40]!r} is not a rank number" + (
+            f"; this job's ranks are {_listed(ranks)}" if ranks else ""
+        )
+    rank = int(text)
+    own = shown_rank(doc)
+    if rank == own or (not ranks and own is None and rank == 0):  # a trace without a rank is rank 0
+        return None, None
+    if not ranks:
+        return None, f"this upload is a single trace (rank {own or 0}): it has no rank {rank}"
+    if rank not in ranks:
+        failed = len(doc["job"].get("failed") or ())
+        also = f" ({failed} rank file{'s' if failed > 1 else ''} could not be analysed)" if failed else ""
+        return None, f"rank {rank} is not in this job: its ranks are {_listed(ranks)}{also}"
+    return rank, None
+
+
+def _listed(ranks: list[int]) -> str:
+    return ", ".join(str(r) for r in sorted(ranks))
+
+
+def rank_link(trace_id: str, rank: int, claim_id: str | None = None) -> str:
+    """The URL of one rank's timeline (a collective's claim kept: the same collective on that rank)."""
+    keep = f"&claim={quote(claim_id, safe='-')}" if claim_id and claim_id.startswith("collective-") else ""
+    return f"/trace/{trace_id}/timeline?rank={rank}{keep}"
+
+
+def rank_picker(
+    entry: Entry, doc: Doc, rank: int | None, claim_id: str | None = None, shown: bool = True
+) -> html.Div | None:
+    """A job upload's ranks as links, the straggler first and marked, the shown one highlighted (none when
+    not ``shown``: a bad ``?rank=``); None for a single trace."""
+    ranks = job_ranks(doc)
+    if not ranks:
+        return None
+    first = headline.straggler(doc["job"])
+    current = (shown_rank(doc) if rank is None else rank) if shown else None
+    full = shown_rank(doc)
+    links: list[Any] = [html.Span("Rank:", className="ss-label")]
+    for r in ranks:
+        label = (
+            f"rank {r}"
+            + (" (straggler)" if r == first else "")
+            + (" · analysed in full" if r == full else "")
+        )
+        links.append(
+            dcc.Link(
+                label,
+                href=rank_link(entry.id, r, claim_id),
+                id=f"explorer-rank-{r}",
+                className="ss-rank ss-active" if r == current else "ss-rank",
+                title=f"the timeline of rank {r}",
+            )
+        )
+    return html.Div(links, id=Ids.RANKS.value, className="ss-rank-picker")
+
+
+def rank_title(doc: Doc, rank: int | None) -> html.H3 | None:
+    """Which rank a job's timeline shows, and its file; None for a single trace."""
+    job = doc.get("job")
+    if not job:
+        return None
+    r = shown_rank(doc) if rank is None else rank
+    file = next((str(x.get("path") or "") for x in job["ranks"] if x["rank"] == r), "")
+    what = " (straggler)" if r == headline.straggler(job) else ""
+    full = " · analysed in full: the overview and tables are this rank's" if rank is None else ""
+    return html.H3(f"Rank {r}{what}: {file}{full}", id=Ids.TITLE.value)
 
 
 def next_view(
@@ -89,9 +200,18 @@ def _clamp(view: dict[str, Any], start: float, end: float) -> dict[str, Any]:
 _CLAIM_KEYS = ("claim", "note", "marks")
 
 
-def claim_link(trace_id: str, claim_id: str) -> str:
-    """The URL of the timeline opened at a claim (``stallscope.dashboard.claims``)."""
-    return f"/trace/{trace_id}/timeline?claim={claim_id}"
+def claim_link(trace_id: str, claim_id: str, rank: int | None = None) -> str:
+    """The URL of the timeline opened at a claim (``stallscope.dashboard.claims``), of ``rank`` (None:
+    the rank analysed in full)."""
+    return f"/trace/{trace_id}/timeline?claim={quote(claim_id, safe='-')}" + (
+        "" if rank is None else f"&rank={rank}"
+    )
+
+
+def own_claim(claim_id: str) -> bool:
+    """Whether a claim applies to any rank's timeline: a collective (every rank took part) or a segment
+    of the critical path the page itself lists; findings, syncs and gaps are the fully analysed rank's."""
+    return claim_id.startswith(("collective-", "segment-"))
 
 
 def claim_view(
@@ -99,10 +219,10 @@ def claim_view(
 ) -> dict[str, Any]:
     """``view`` opened at the claim ``claim_id`` names (its range with a margin; ``job``: the job document,
     for a collective's claim), its outlines and note kept in the view for every later zoom; unchanged when
-    the id names nothing."""
-    if not claim_id:
+    the id names nothing (or, on another rank than the one analysed in full, is not that rank's own)."""
+    if not claim_id or (view.get("rank") is not None and not own_claim(claim_id)):
         return view
-    c = claims.claim(services.live.get(trace_id), claim_id, job)
+    c = claims.claim(services.live.get(trace_id, view.get("rank")), claim_id, job)
     if c is None:
         return view
     start, end = c.view(view["lo"], view["hi"])
@@ -113,7 +233,7 @@ def claim_view(
 def draw(services: Services, trace_id: str, view: dict[str, Any]) -> tuple[Any, str]:
     """The figure of ``view`` and a status line (range shown, items drawn, whether merged); with a
     claim in the view, its events outlined."""
-    a = services.live.get(trace_id)
+    a = services.live.get(trace_id, view.get("rank"))
     sl = timeline.extract(a.model, a, view["start"], view["end"], MAX_ITEMS)
     marks = [(str(k), float(s), float(e)) for k, s, e in view.get("marks") or ()]
     fig = timeline_figure.figure(sl, origin_us=view["lo"], origin_name="window", highlights=marks)
@@ -154,7 +274,7 @@ def details(services: Services, trace_id: str, view: dict[str, Any], click: dict
     if not points:
         return no_update
     p = points[0]
-    a = services.live.get(trace_id)
+    a = services.live.get(trace_id, view.get("rank"))
     sl = timeline.extract(a.model, a, view["start"], view["end"], MAX_ITEMS)
     custom = p.get("customdata")
     if isinstance(custom, str) and custom.startswith("counter:"):  # a point of a counter line
@@ -217,22 +337,33 @@ def _panel(title: str, lines: list[str]) -> html.Div:
     )
 
 
-def layout(services: Services, entry: Entry, claim_id: str | None = None) -> html.Div:
+def layout(
+    services: Services, entry: Entry, claim_id: str | None = None, rank_text: str | None = None
+) -> html.Div:
+    """The timeline of the upload's fully analysed rank, or (``rank_text``, ``?rank=``) of another rank of
+    its job; a rank that is not one gets a message under the picker."""
     doc = services.store.analysis(entry.id)
-    view: dict[str, Any] = dict(full_view(doc))
+    rank, problem = parse_rank(doc, rank_text)
+    head = [trace_nav(entry, "/timeline"), rank_picker(entry, doc, rank, claim_id, problem is None)]
+    if problem is not None:
+        return html.Div([*head, message(problem)])
     live = services.live
-    if not live.ready(entry.id):
-        live.warm(entry.id)
-        if not live.ready(entry.id, wait_s=1.0) and live.failure(entry.id) is None:
-            return preparing(entry, doc)
+    if not live.ready(entry.id, rank=rank):
+        live.warm(entry.id, rank)
+        if not live.ready(entry.id, wait_s=1.0, rank=rank) and live.failure(entry.id, rank) is None:
+            return preparing(entry, doc, rank, head)
     try:
+        view: dict[str, Any] = dict(full_view(doc)) if rank is None else rank_view(live.get(entry.id, rank))
+        view["rank"] = rank
         view = claim_view(services, entry.id, view, claim_id, doc.get("job"))
         fig, status = draw(services, entry.id, view)
     except (StoreError, ValueError) as exc:
-        return html.Div([trace_nav(entry, "/timeline"), message(str(exc))])
+        return html.Div([*head, message(str(exc))])
     return html.Div(
         [
-            trace_nav(entry, "/timeline"),
+            *head,
+            rank_title(doc, rank),
+            other_claim(entry, doc, rank, claim_id),
             html.Div(
                 [
                     html.Button("Reset", id=Ids.RESET.value),
@@ -246,17 +377,35 @@ def layout(services: Services, entry: Entry, claim_id: str | None = None) -> htm
             dcc.Graph(id=Ids.GRAPH.value, figure=fig, config={"displaylogo": False, "scrollZoom": True}),
             dcc.Store(id=Ids.RANGE.value),
             html.Div(id=Ids.DETAILS.value, className="stallscope-details"),
-            segments_panel(services, entry),
+            segments_panel(services, entry, rank),
         ]
+    )
+
+
+def other_claim(entry: Entry, doc: Doc, rank: int | None, claim_id: str | None) -> html.Div | None:
+    """On another rank than the one analysed in full, a claim of that rank's analysis (a finding, sync or
+    gap of the other pages) is not applied: say so, and link to it where it applies."""
+    if rank is None or not claim_id or own_claim(claim_id):
+        return None
+    full = shown_rank(doc)
+    return html.Div(
+        [
+            f"{claim_id[:60]} is a claim of rank {full}'s analysis (the rank analysed in full), not of "
+            f"rank {rank}'s: this is rank {rank}'s whole timeline. ",
+            dcc.Link(f"Show it on rank {full}", href=claim_link(entry.id, claim_id[:60])),
+        ],
+        id=Ids.CLAIM_NOTE.value,
+        className="stallscope-info",
     )
 
 
 SEGMENTS_LISTED = 10
 
 
-def segments_panel(services: Services, entry: Entry) -> html.Div | None:
-    """The longest critical-path segments, each a link to its evidence (``?claim=segment-<i>``)."""
-    a = services.live.get(entry.id)
+def segments_panel(services: Services, entry: Entry, rank: int | None = None) -> html.Div | None:
+    """The longest critical-path segments (of ``rank``'s analysis), each a link to its evidence
+    (``?claim=segment-<i>``)."""
+    a = services.live.get(entry.id, rank)
     cp = a.critical
     if cp is None or not len(cp.kind):
         return None
@@ -270,7 +419,7 @@ def segments_panel(services: Services, entry: Entry) -> html.Div | None:
             f"{kinds[int(cp.kind[i])]} {ms(float(cp.end_us[i] - cp.start_us[i]))} at "
             f"{ms(float(cp.start_us[i]) - w0)} on {a.model.lanes[int(cp.lane[i])].label}: {what}"
         )
-        items.append(html.Li([text, " ", dcc.Link("show", href=claim_link(entry.id, f"segment-{i}"))]))
+        items.append(html.Li([text, " ", dcc.Link("show", href=claim_link(entry.id, f"segment-{i}", rank))]))
     return html.Div(
         [html.H4("Longest critical-path segments"), html.Ol(items)],
         id=Ids.SEGMENTS.value,
@@ -289,27 +438,29 @@ function(r) {
 """
 
 
-def preparing(entry: Entry, doc: Doc) -> html.Div:
-    """Shown while the typed analysis is rebuilt (seconds for a 1M-event trace); polls until ready."""
-    events = doc["source"].get("events") or 0
+def preparing(entry: Entry, doc: Doc, rank: int | None = None, head: list[Any] | None = None) -> html.Div:
+    """Shown while the typed analysis is rebuilt (seconds for a 1M-event trace; another rank of a job is
+    loaded from its file first); polls until ready."""
+    if rank is None:
+        events = doc["source"].get("events") or 0
+        what = f"preparing the timeline: rebuilding the analysis of {events:,} events…"
+    else:
+        what = f"preparing the timeline of rank {rank}: loading its trace file and analysing it…"
     return html.Div(
         [
-            trace_nav(entry, "/timeline"),
-            html.Div(
-                f"preparing the timeline: rebuilding the analysis of {events:,} events…",
-                className="stallscope-progress",
-            ),
+            *(head or [trace_nav(entry, "/timeline")]),
+            html.Div(what, className="stallscope-progress"),
             dcc.Store(id=Ids.PREPARING_TRACE.value, data=entry.id),
             dcc.Interval(id=Ids.PREPARING_TICK.value, interval=500),
         ]
     )
 
 
-def prepared(services: Services, trace_id: str) -> bool:
+def prepared(services: Services, trace_id: str, rank: int | None = None) -> bool:
     """Whether the timeline page can be drawn again: its analysis is ready or its rebuild failed (then the
     page says why). The router redraws it (``pages.on_preparing``)."""
     live = services.live
-    return live.ready(trace_id) or live.failure(trace_id) is not None
+    return live.ready(trace_id, rank=rank) or live.failure(trace_id, rank) is not None
 
 
 def register(app: Dash, services: Services) -> None:

@@ -1,8 +1,9 @@
 """Job page (an upload of a rank folder): the job's verdict (who held it back, what it cost), every rank
 (the straggler first) with its wall, device busy and waiting, the straggler findings, a skew chart per
 collective and the rank x step heatmaps (lateness first: the straggler is the darkest); clicking a rank (a
-heatmap cell or a table row) shows that rank's own analysis summary and how it fared in the job. Reads the
-analysis JSON's ``job`` key only (``job_report.job_verdict``, as the HTML report)."""
+heatmap cell or a table row) shows that rank's own analysis summary and how it fared in the job, with a
+link to its timeline (``/trace/<id>/timeline?rank=N``; the table links it too). Reads the analysis JSON's
+``job`` key only (``job_report.job_verdict``, as the HTML report)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from stallscope.dashboard.pages.common import (
     trace_nav,
 )
 from stallscope.dashboard.services import Services
-from stallscope.dashboard.store import Entry, StoreError
+from stallscope.dashboard.store import Entry, StoreError, check_id
 from stallscope.display.units import Scale, saving, scale
 
 _METRICS = {key: label for key, label, _ in job_report.METRICS}
@@ -42,8 +43,10 @@ class Ids(str, Enum):
     VERDICT = "job-verdict"
 
 
-def heatmap(job: Doc, key: str) -> go.Figure:
-    """Ranks down, steps across, ``key`` (µs) as the colour; trace text escaped (plotly renders HTML)."""
+def heatmap(job: Doc, key: str, trace_id: str | None = None) -> go.Figure:
+    """Ranks down, steps across, ``key`` (µs) as the colour; trace text escaped (plotly renders HTML).
+    With ``trace_id``, each rank's label on the axis links its timeline (a rank number and the id: no
+    trace text in the link)."""
     hm = job_report.heatmap(job, key)
     steps = [text.escape(s) for s in hm["steps"]]
     z = [[None if c["us"] is None else c["us"] / 1000 for c in row["cells"]] for row in hm["rows"]]
@@ -66,11 +69,24 @@ def heatmap(job: Doc, key: str) -> go.Figure:
         font={"family": palette.FONT_FAMILY, "size": 12, "color": palette.TEXT},
     )
     fig.update_yaxes(title={"text": "rank"}, autorange="reversed", dtick=1 if len(hm["rows"]) <= 32 else None)
+    if trace_id is not None and len(hm["rows"]) <= 32:
+        ranks = [int(row["rank"]) for row in hm["rows"]]
+        fig.update_yaxes(
+            tickmode="array",
+            tickvals=ranks,
+            ticktext=[f'<a href="{timeline_link(trace_id, r)}" target="_self">{r}</a>' for r in ranks],
+        )
     return fig
 
 
-def rank_detail(doc: Doc, rank: int | None) -> Any:
-    """One rank's own summary (``per_rank``) and its job figures, or a hint to click one."""
+def timeline_link(trace_id: str, rank: int) -> str:
+    """One rank's timeline (the explorer builds any rank's analysis on demand)."""
+    return f"/trace/{trace_id}/timeline?rank={rank}"
+
+
+def rank_detail(doc: Doc, rank: int | None, trace_id: str | None = None) -> Any:
+    """One rank's own summary (``per_rank``) and its job figures with a link to its timeline, or a hint
+    to click one."""
     if rank is None:
         return html.Div("Click a rank in the heatmap or the table for its own analysis.", className="muted")
     job = doc["job"]
@@ -84,6 +100,13 @@ def rank_detail(doc: Doc, rank: int | None) -> Any:
                 f"Rank {rank}"
                 + (" (the rank this analysis shows in full)" if rank == doc["source"]["rank"] else "")
             ),
+            dcc.Link(
+                f"open rank {rank}'s timeline",
+                href=timeline_link(trace_id, rank),
+                id=f"job-rank-timeline-{rank}",
+            )
+            if trace_id
+            else None,
             html.Div(
                 [
                     card("bottleneck", str(summary.get("bottleneck") or "-")),
@@ -109,7 +132,7 @@ def layout(services: Services, entry: Entry) -> html.Div:
                 html.B(f"[{f['severity']}] "),
                 *code_text(f["title"]),
                 html.Div(code_text(f["advice"]), className="muted"),
-                _show(entry, job_report.straggler_claim(job, f["rank"])),
+                _show(entry, job_report.straggler_claim(job, f["rank"]), f["rank"]),
             ]
         )
         for f in job["findings"]
@@ -151,18 +174,25 @@ def layout(services: Services, entry: Entry) -> html.Div:
                     ),
                     html.P(
                         [
-                            f"Rank {shown}'s own analysis is this upload's overview and ",
-                            dcc.Link("timeline", href=f"/trace/{entry.id}/timeline"),
-                            "; another rank's timeline: its own file uploaded, or "
-                            "stallscope report FOLDER --rank N (the report has a rank picker).",
+                            f"Rank {shown}'s own analysis is this upload's overview and tables; every "
+                            "rank's timeline opens from the table below (",
+                            dcc.Link(
+                                f"the straggler's: rank {v['straggler']}",
+                                href=timeline_link(entry.id, v["straggler"]),
+                                id="job-straggler-timeline",
+                            )
+                            if v["straggler"] is not None
+                            else dcc.Link(f"rank {shown}'s", href=timeline_link(entry.id, shown)),
+                            ") or from a click on the heatmap.",
                         ],
                         className="muted",
                     ),
                     data_table(
                         id=Ids.RANKS.value,
                         columns=rank_columns(v["ranks"]),
-                        data=rank_rows(v["ranks"], job),
+                        data=rank_rows(v["ranks"], job, entry.id),
                         sort_action="native",
+                        markdown_options={"link_target": "_self"},  # the timeline in this tab
                     ),
                 ],
                 className="ss-panel",
@@ -175,7 +205,9 @@ def layout(services: Services, entry: Entry) -> html.Div:
                 inline=True,
             ),
             dcc.Graph(
-                id=Ids.HEATMAP.value, figure=heatmap(job, job_report.LATE), config={"displaylogo": False}
+                id=Ids.HEATMAP.value,
+                figure=heatmap(job, job_report.LATE, entry.id),
+                config={"displaylogo": False},
             ),
             html.Div(rank_detail(doc, None), id=Ids.RANK.value),
             *skews,
@@ -184,12 +216,15 @@ def layout(services: Services, entry: Entry) -> html.Div:
     )
 
 
-def _show(entry: Entry, claim_id: str | None) -> Any:
-    """A straggler's "show" link: its costliest late arrival on the timeline of the rank shown in full."""
+def _show(entry: Entry, claim_id: str | None, rank: int) -> Any:
+    """A straggler's "show" link: its costliest late arrival on the straggler's own timeline (the
+    collective moved to that rank's clock)."""
     if claim_id is None:
         return None
     return dcc.Link(
-        "show on the timeline", href=f"/trace/{entry.id}/timeline?claim={claim_id}", className="ss-show"
+        "show on its timeline",
+        href=f"{timeline_link(entry.id, rank)}&claim={claim_id}",
+        className="ss-show",
     )
 
 
@@ -219,11 +254,13 @@ def rank_columns(ranks: list[Doc]) -> list[dict[str, Any]]:
         {"id": "times last", "name": "times last", "type": "numeric"},
         *durations[1:],
         {"id": "file", "name": "file"},
+        {"id": "timeline", "name": "", "presentation": "markdown"},
     ]
 
 
-def rank_rows(ranks: list[Doc], job: Doc) -> list[Doc]:
-    """``job_report.job_verdict``'s ranks (the straggler first) as table rows."""
+def rank_rows(ranks: list[Doc], job: Doc, trace_id: str | None = None) -> list[Doc]:
+    """``job_report.job_verdict``'s ranks (the straggler first) as table rows; with ``trace_id``, each with
+    a link to its timeline (the only markdown: built from the id and the rank number, never trace text)."""
     units = _scales(ranks)
     paths = {x["rank"]: x["path"] for x in job["ranks"]}
     return [
@@ -232,6 +269,7 @@ def rank_rows(ranks: list[Doc], job: Doc) -> list[Doc]:
             "rank": f"{r['rank']} (straggler)" if r["straggler"] else str(r["rank"]),
             "times last": r["times_last"],
             "file": paths.get(r["rank"], ""),
+            "timeline": f"[timeline]({timeline_link(trace_id, int(r['rank']))})" if trace_id else "",
         }
         | {
             key: None if key == "late" and not r[field] else units[key].value(r[field])
@@ -246,7 +284,9 @@ def on_metric(services: Services, trace_id: str, key: str | None) -> Any:
         job = services.store.analysis(trace_id).get("job")
     except StoreError as exc:
         return message(str(exc))
-    return heatmap(job, key if key in _METRICS else job_report.LATE) if job else go.Figure()
+    return (
+        heatmap(job, key if key in _METRICS else job_report.LATE, check_id(trace_id)) if job else go.Figure()
+    )
 
 
 def on_rank(services: Services, trace_id: str, click: Doc | None, cell: Doc | None) -> Any:
@@ -261,7 +301,7 @@ def on_rank(services: Services, trace_id: str, click: Doc | None, cell: Doc | No
     elif click and click.get("points"):
         y = click["points"][0].get("y")
         rank = int(y) if isinstance(y, int | float) else None
-    return rank_detail(doc, rank)
+    return rank_detail(doc, rank, trace_id)
 
 
 def register(app: Dash, services: Services) -> None:

@@ -18,6 +18,7 @@ from stallscope.dashboard.store import Entry
 
 class Ids(str, Enum):
     JOB = "overview-job"
+    STRAGGLER = "overview-straggler-timeline"
     VERDICT = "overview-verdict"
     EVIDENCE = "overview-evidence"
     WARNINGS = "overview-warnings"
@@ -210,6 +211,11 @@ def _job_panel(entry: Entry, doc: Doc) -> html.Div | None:
     from stallscope.dashboard import job_report
 
     v = job_report.job_verdict(doc["job"], doc.get("per_rank") or [])
+    straggler: list[Any] = []
+    if v["straggler"] is not None:
+        href = f"/trace/{entry.id}/timeline?rank={v['straggler']}"
+        straggler = [dcc.Link(f"Rank {v['straggler']}'s timeline", href=href, id=Ids.STRAGGLER.value)]
+        straggler.append(" (the straggler). ")
     return html.Div(
         [
             html.H2("Job verdict"),
@@ -219,6 +225,7 @@ def _job_panel(entry: Entry, doc: Doc) -> html.Div | None:
                     dcc.Link("The job", href=f"/trace/{entry.id}/job"),
                     f": every rank's wall, device busy and waiting, the heatmaps and the skew per call. The "
                     f"numbers below are rank {doc['source']['rank']}'s own analysis. ",
+                    *straggler,
                     term_link("straggler", "What is a straggler?"),
                 ],
                 className="muted",
