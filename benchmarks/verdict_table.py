@@ -26,7 +26,8 @@ def row(name: str, a: Analysis) -> str:
     shares = sorted(((s, k) for k, s in v.path_share.items() if s >= 0.01), reverse=True)[:3]
     path = ", ".join(f"{k} {s:.0%}" for s, k in shares)
     sens = " / ".join(
-        f"{v.sensitivity_us[k] / window:.0%}" for k in ("device", "host", "input", "sync", "launch")
+        f"{v.sensitivity_us.get(k, 0.0) / window:.0%}"
+        for k in ("device", "communication", "host", "input", "sync", "launch")
     )
     return (
         f"| {name} | **{v.bottleneck}** ({v.basis}) | {window / 1000:,.1f} | {util} | {path} | {sens} | "
@@ -39,7 +40,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--traces", type=Path, default=ROOT.parent / "shared" / "traces")
     args = parser.parse_args(argv)
     print(
-        "| trace | verdict (basis) | window ms | GPU busy | critical path | faster device / host / input / sync / launch saves | warnings |"
+        "| trace | verdict (basis) | window ms | GPU busy | critical path "
+        "| compute 2x / communication 2x / host 2x / input overlapped / no syncs / launch 2x saves | warnings |"
     )
     print("|---|---|---:|---:|---|---|---:|")
     for path in sorted(args.traces.rglob("*.json.gz")):
