@@ -8,7 +8,8 @@ accelerator:
 - parameters and tensors that require grad (``model.to(device)`` moves them; the forward and backward
   passes compute from them), and gradients read from a parameter (``p.grad``);
 - what ``.to(...)`` / ``.cuda()`` return when given a device, and what a factory returns when given
-  ``device=`` (``x.to(device, non_blocking=True)`` is the program moving its batch to its device);
+  ``device=`` (``x.to(device, non_blocking=True)`` is the program moving its batch to its device),
+  except torch's own code naming the host (``device="cpu"``: Adam's step counters stay there);
 - the outputs of any torch call with a device-bound tensor among its arguments (so a decode loop's
   ``logits.argmax(-1)`` made under ``no_grad`` stays device-bound).
 
@@ -23,7 +24,8 @@ after it, no mode slows the program. The handler itself allocates nothing and im
 
 from __future__ import annotations
 
-from types import FunctionType
+import sys
+from types import FrameType, FunctionType
 from typing import Any
 
 from stallscope.collector.modes import ThreadMode
@@ -120,13 +122,35 @@ def _on_call(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None) ->
     if out is None or out.__class__ in _PLAIN:
         return out
     T = _T or torch_types()
-    if (
-        _any_bound(args, T)
-        or (kwargs and (kwargs.get("device") is not None or _any_bound(kwargs.values(), T)))
-        or _moves_to_device(func, args, T)
-    ):
+    if _any_bound(args, T) or (kwargs and _any_bound(kwargs.values(), T)):
+        _mark(out, T)
+    elif kwargs and kwargs.get("device") is not None:
+        if not _torch_host(kwargs["device"]):
+            _mark(out, T)
+    elif _moves_to_device(func, args, T) and not _torch_host(args[1] if len(args) > 1 else None):
         _mark(out, T)
     return out
+
+
+def _torch_host(device: Any) -> bool:
+    """Whether torch's own code asks for the host by name (``torch.tensor(0.0, device="cpu")``: Adam's
+    step counter, which stays on the host on a GPU run too). Only a literal ``"cpu"`` string made in a
+    ``torch.*`` module counts: the user's ``device`` variable is ``"cpu"`` on a CPU-only run too, and a
+    library's ``device=p.device`` follows its parameter. Rare (calls given a device), so the frames
+    are looked at only here."""
+    if device != "cpu" or device.__class__ is not str:
+        return False
+    f: FrameType | None = sys._getframe(
+        3
+    )  # this, _on_call, the mode's handler, then the caller (or a recorder's wrapper)
+    for _ in range(3):
+        if f is None:
+            return False
+        name = f.f_globals.get("__name__")
+        if not (isinstance(name, str) and name.startswith("stallscope.")):
+            return isinstance(name, str) and name.startswith("torch.")
+        f = f.f_back
+    return False
 
 
 class OriginTracker:
@@ -162,17 +186,40 @@ class OriginTracker:
         return self._slot.remove()
 
 
+def clear_marks(out: Any, depth: int = 0) -> None:
+    """Take the device mark off every tensor in ``out`` (a batch: tensors in tuples, lists and dicts,
+    at most 64 per container, 4 containers deep)."""
+    T = _T or torch_types()
+    if isinstance(out, T.tensor):
+        if getattr(out, MARK, False):
+            try:  # noqa: SIM105 (as in _mark)
+                setattr(out, MARK, False)
+            except (AttributeError, RuntimeError, TypeError):
+                pass
+    elif depth < 4 and isinstance(out, tuple | list | dict):
+        items = list(out.values()) if isinstance(out, dict) else out
+        for o in items[:64]:
+            clear_marks(o, depth + 1)
+
+
 _LOADER_ARGS = ("batch_size", "num_workers", "pin_memory", "prefetch_factor", "persistent_workers")
 
 
 class DataLoaderWatch:
     """Records the arguments of every ``torch.utils.data.DataLoader`` made while installed (the input
     advice needs to know whether the program already has workers). Wraps ``DataLoader.__init__``;
-    ``remove()`` restores it."""
+    ``remove()`` restores it.
+
+    It also wraps the loader iterators' ``__next__``: a batch that comes back from worker processes
+    is host data (workers cannot hand the main process an accelerator tensor), but the main process
+    rebuilds it from shared memory with ``torch.empty(..., device=storage.device)`` and ``set_``,
+    which ``OriginTracker`` would take for the program putting it on its device. With workers, the
+    batch's tensors lose the mark; with none, the batch keeps what the dataset's own code gave it."""
 
     def __init__(self) -> None:
         self.loaders: list[dict[str, Any]] = []
         self._original: Any = None
+        self._next: Any = None
 
     def install(self) -> None:
         import functools
@@ -190,6 +237,19 @@ class DataLoaderWatch:
 
         setattr(DataLoader, "__init__", __init__)  # noqa: B010
         self._original = original
+        base = _iterator_base()
+        if base is not None:
+            original_next = base.__next__
+
+            @functools.wraps(original_next)
+            def __next__(it: Any) -> Any:
+                batch = original_next(it)
+                if getattr(it, "_num_workers", 0):
+                    clear_marks(batch)
+                return batch
+
+            setattr(base, "__next__", __next__)  # noqa: B010
+            self._next = original_next
 
     def remove(self) -> None:
         if self._original is not None:
@@ -197,6 +257,18 @@ class DataLoaderWatch:
 
             setattr(DataLoader, "__init__", self._original)  # noqa: B010
             self._original = None
+        if self._next is not None:
+            base = _iterator_base()
+            if base is not None:
+                setattr(base, "__next__", self._next)  # noqa: B010
+            self._next = None
+
+
+def _iterator_base() -> Any:
+    """torch's base class of DataLoader iterators (None where this torch has no such class)."""
+    from torch.utils.data import dataloader
+
+    return getattr(dataloader, "_BaseDataLoaderIter", None)
 
 
 def _plain(v: Any) -> Any:

@@ -14,7 +14,11 @@ and restored on exit (also after an exception).
 The site is the innermost frame outside torch, site-packages, the standard library and stallscope's own
 packages (the classification is cached per code object). A call made by stallscope itself (its innermost
 non-library frame is in ``collector``/``analyzer``/``stallscope``/``dashboard``, e.g. the step timer
-reading its CUDA events) is not recorded; a call with no user frame at all is not recorded either.
+reading its CUDA events) is not recorded; a call with no user frame at all is not recorded either. The
+session's wrapper around ``optimizer.step`` passes calls through (``_PASS_THROUGH``): the optimizer's
+own reads inside it are recorded at the user's ``opt.step()`` line. A call made inside a library also
+records that library (``library``: the module that made it) and the library call the user's line made
+(``library_call``, ``module.qualname``; see ``_library_call``).
 
 Decisions:
 
@@ -67,6 +71,9 @@ _LIB, _USER, _OURS = 0, 1, 2
 #: stallscope's packages: one folder tree when installed, four folders in a checkout (pyproject's package-dir)
 _OUR_PACKAGES = ("stallscope", "stallscope.analyzer", "stallscope.collector", "stallscope.dashboard")
 _LIB_PREFIXES = ("<frozen ", "<eval_with_key>", "<torch_package_", "<built-in")
+#: stallscope's wrappers that the user's calls pass through (the session wraps ``optimizer.step`` to
+#: find steps): a sync inside them is the user's (``LBFGS.step`` reading its loss), not stallscope's
+_PASS_THROUGH = frozenset({"Session._wrap_step.<locals>.step"})
 _Pred = Callable[[tuple[Any, ...], "dict[str, Any] | None"], bool]
 
 
@@ -108,6 +115,8 @@ class _FrameFilter:
         k = self.paths.get(code.co_filename)
         if k is None:
             k = self.paths[code.co_filename] = self._kind(code.co_filename)
+        if k == _OURS and getattr(code, "co_qualname", "") in _PASS_THROUGH:
+            k = _LIB  # stallscope's wrapper around the user's call: the call is still the user's
         self.cache[id(code)] = k
         self.codes[id(code)] = code
         return k
@@ -299,8 +308,38 @@ def _mode_class() -> type:
 
 
 # code, instruction (f_lasti), op, OS thread id, time.time_ns(), whether the tensor is (would be) on
-# the accelerator
-_Call = tuple[CodeType, int, str, int, int, bool]
+# the accelerator, the library call it was made inside (``_library_call``; None: the user's own call)
+_Call = tuple[CodeType, int, str, int, int, bool, "tuple[str, str] | None"]
+
+
+def _package(module: str) -> str:
+    """A module's package as advice names it: ``torch.optim`` for ``torch.optim.lbfgs``, ``numpy`` for
+    ``numpy.linalg``."""
+    parts = module.split(".")
+    return ".".join(parts[:2] if parts[0] == "torch" and len(parts) > 2 else parts[:1])
+
+
+def _library_call(f: FrameType | None, user: FrameType) -> tuple[str, str] | None:
+    """For a call made inside a library (frames ``f`` ... up to the user's frame ``user``): the module
+    of the library frame that made it (``torch.distributions.distribution``) and the library call the
+    user made, as ``module.qualname`` (``torch.optim.lbfgs.LBFGS.step``): the outermost frame of the
+    same package that is not a decorator's inner function. Walked only for calls through a library."""
+    inner: str | None = None
+    call: str | None = None
+    package = ""
+    while f is not None and f is not user:
+        module = f.f_globals.get("__name__")
+        if isinstance(module, str) and not module.startswith("stallscope"):
+            if inner is None:
+                inner, package = module, _package(module)
+            if (module == package or module.startswith(package + ".")) and "<locals>" not in (
+                qualname := getattr(f.f_code, "co_qualname", f.f_code.co_name)
+            ):
+                call = f"{module}.{qualname}"
+        f = f.f_back
+    return None if inner is None or call is None else (inner, call)
+
+
 _DIRECTED = ("Tensor.to", "Tensor.copy_")
 
 
@@ -395,7 +434,8 @@ class SyncSiteRecorder:
         if self.learning:
             return
         t = time.time_ns()
-        f: FrameType | None = sys._getframe(depth)
+        start = sys._getframe(depth)
+        f: FrameType | None = start
         cache = self._filter.cache
         while f is not None:
             code = f.f_code
@@ -403,7 +443,8 @@ class SyncSiteRecorder:
             if k is None:
                 k = self._filter.kind(code)
             if k == _USER:
-                self._log.append((code, f.f_lasti, op, threading.get_native_id(), t, on_device))
+                via = _library_call(start, f) if f is not start else None
+                self._log.append((code, f.f_lasti, op, threading.get_native_id(), t, on_device, via))
                 return
             if k == _OURS:
                 return
@@ -470,6 +511,7 @@ class SyncSiteRecorder:
         types = torch_types()
         tensor: Any = types.tensor
         recorder = self
+        library_call = _library_call
         last_user: CodeType | None = None  # the last user code seen: the usual next caller
 
         def latent_device(args: tuple[Any, ...], direct: bool) -> bool:
@@ -511,8 +553,9 @@ class SyncSiteRecorder:
                             break
                     else:
                         on = (id(code), at, op) in known or latent_device(args, direct)
+                    via = None if direct else library_call(getframe(1), f)
                     # the clock last: the call starts right after it
-                    log += ((code, at, op, state[1], now(), on),)  # not a call: the tracer skips it
+                    log += ((code, at, op, state[1], now(), on, via),)  # not a call: the tracer skips it
                     break
                 if k == _OURS:
                     break
@@ -553,18 +596,19 @@ class SyncSiteRecorder:
     ) -> list[dict[str, Any]]:
         """The sidecar's ``sync_sites``, ordered by first call. ``count`` and ``first_us`` cover every call;
         ``since_us``/``until_us`` (trace clock) keep only the ``times_us`` inside that span."""
-        grouped: dict[tuple[int, int, str, int, bool], list[float]] = {}
+        Key = tuple[int, int, str, int, bool, "tuple[str, str] | None"]
+        grouped: dict[Key, list[float]] = {}
         lines: dict[tuple[int, int], int] = {}
         codes: dict[int, CodeType] = {}  # by id: code objects are slow to hash
-        for code, at, op, tid, ns, on in list(self._log):
+        for code, at, op, tid, ns, on, via in list(self._log):
             key = (id(code), at)
             line = lines.get(key)
             if line is None:
                 line = lines[key] = _line_of(code, at)
                 codes[id(code)] = code
-            grouped.setdefault((id(code), line, op, tid, on), []).append((ns - TRACE_BASE_NS) / 1000.0)
+            grouped.setdefault((id(code), line, op, tid, on, via), []).append((ns - TRACE_BASE_NS) / 1000.0)
         out: list[dict[str, Any]] = []
-        for (code_id, line, op, tid, on), times in grouped.items():
+        for (code_id, line, op, tid, on, via), times in grouped.items():
             code = codes[code_id]
             kept = [
                 t
@@ -584,5 +628,7 @@ class SyncSiteRecorder:
                     "times_us": kept,
                 }
             )
+            if via is not None:  # made inside a library the user called
+                out[-1]["library"], out[-1]["library_call"] = via
         out.sort(key=lambda r: (r["first_us"], r["file"], r["line"], r["op"]))
         return out

@@ -20,6 +20,7 @@ from stallscope.analyzer.document.analysis import to_json  # noqa: E402
 from stallscope.analyzer.findings import advice  # noqa: E402
 from stallscope.analyzer.findings.latent import UNMEASURED  # noqa: E402
 from stallscope.analyzer.load.loader import load  # noqa: E402
+from stallscope.analyzer.passes.syncs import SyncKind  # noqa: E402
 from stallscope.collector import session  # noqa: E402
 from stallscope.collector.bundle import SIDECAR_NAME  # noqa: E402
 from stallscope.commands import main  # noqa: E402
@@ -178,3 +179,151 @@ def test_input_advice_knows_the_workers() -> None:
     assert "`__getitem__`" in text
     assert "num_workers=N" in advice.input_bound({"dataloaders": [{"num_workers": 0}]})
     assert "num_workers=N" in advice.input_bound({})
+
+
+def _sites(side: dict[str, Any], line: int) -> list[dict[str, Any]]:
+    return [r for r in side["sync_sites"] if r["line"] == line]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_batches_from_workers_are_host_tensors(tmp_path: Path, workers: int) -> None:
+    # GIVEN the training loop fed by a DataLoader with and without worker processes
+    a, side = _profile(tmp_path, TRAIN.format(workers=workers))
+    assert side["run"]["dataloaders"][0]["num_workers"] == workers
+    # THEN the batch's `.to(device)` (a copy to the device) is no copy to the host: the batch that
+    # came back from a worker is host data, as it is without workers
+    moves = [r for r in side["sync_sites"] if r["op"] == "Tensor.to" and r["line"] in (23, 24)]
+    assert moves and not any(r["on_device"] for r in moves)
+    # AND the only would-be sync is still the loss read, with training advice
+    assert _would(a) == {30: "would_sync_scalar_read"}
+    (f,) = [f for f in a.findings if f.rule == "would_sync_scalar_read"]
+    assert f.advice == advice.SYNC[SyncKind.SCALAR_READ] and "loss.detach()" in f.advice
+
+
+MANUAL_SGD = """\
+import torch
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Embedding(16, 8), torch.nn.Linear(8, 16))
+ids = torch.randint(0, 16, (4, 6))
+lr = 0.1
+for step in range(8):
+    model.zero_grad()
+    out = model(ids)
+    loss = torch.nn.functional.cross_entropy(out.view(-1, 16), ids.view(-1))
+    loss.backward()
+    for p in model.parameters():
+        p.data.add_(p.grad, alpha=-lr)  # no optimizer: the word language model's update
+    total = loss.item()  # LOSS READ
+"""
+
+
+def test_manual_sgd_loop_gets_training_advice_not_decode(tmp_path: Path) -> None:
+    # GIVEN a training loop with no optimizer (parameters updated by hand) reading its loss every step
+    a, side = _profile(tmp_path, MANUAL_SGD, "lm.py")
+    assert side["run"]["step_source"] != "optimizer"
+    # THEN the read is a training finding with loss-accumulation advice, not decode advice
+    line = line_of(MANUAL_SGD, "LOSS READ")
+    assert _would(a) == {line: "would_sync_scalar_read"}
+    (f,) = [f for f in a.findings if f.rule.startswith("would_sync")]
+    assert "total += loss.detach()" in f.advice and "EOS" not in f.advice and "decode" not in f.title
+
+
+SAMPLE = (
+    TINY_LM
+    + """
+
+torch.manual_seed(0)
+model = TinyLM()
+for k in range(6):
+    y = model.generate(torch.tensor([[k]]), max_new_tokens=5)
+    print(y[0].tolist())  # ONE SAMPLE
+"""
+)
+
+
+def test_sample_readback_is_needed_not_loss_advice(tmp_path: Path) -> None:
+    # GIVEN nanoGPT's sample.py shape: one `.tolist()` of each generated sample
+    a, _ = _profile(tmp_path, SAMPLE, "sample.py")
+    line = line_of(SAMPLE, "ONE SAMPLE")
+    # THEN it is the result read back once per call, low severity, with no loss advice
+    assert _would(a) == {line: "would_sync_output_readback"}
+    (f,) = [f for f in a.findings if f.rule.startswith("would_sync")]
+    assert f.severity.value == "low" and f.advice == advice.OUTPUT_READBACK
+    assert "loss" not in f.advice and "once per call" in f.advice
+
+
+REINFORCE = """\
+import torch
+from torch.distributions import Categorical
+
+torch.manual_seed(0)
+policy = torch.nn.Linear(4, 3)
+opt = torch.optim.Adam(policy.parameters(), lr=0.01)
+for episode in range(8):
+    logits = policy(torch.randn(4))
+    dist = Categorical(logits=logits)  # DIST
+    action = dist.sample()
+    loss = -dist.log_prob(action)  # LOGPROB
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_distribution_checks_get_validate_args_advice(tmp_path: Path) -> None:
+    # GIVEN REINFORCE's policy step: a Categorical built from the policy's logits every step
+    a, side = _profile(tmp_path, REINFORCE, "reinforce.py")
+    dist = line_of(REINFORCE, "# DIST")
+    # THEN the argument check's read is attributed to the user's line, made inside torch.distributions
+    inside = [r for r in _sites(side, dist) if r["on_device"]]
+    assert inside and all(r["library"].startswith("torch.distributions") for r in inside)
+    assert {r["library_call"] for r in inside} == {"torch.distributions.categorical.Categorical.__init__"}
+    # AND its finding names the library call and says `validate_args=False`, not loss accumulation
+    found = [f for f in a.findings if f.rule.startswith("would_sync") and f.call_site]
+    assert found and {f.rule for f in found} == {"would_sync_distribution_checks"}
+    assert dist in {f.call_site.line for f in found if f.call_site}
+    for f in found:
+        assert f.advice == advice.DISTRIBUTIONS_VALIDATE and "validate_args=False" in f.advice
+        assert "torch.distributions" in f.title and "loss.detach()" not in f.advice
+    (init,) = [f for f in found if f.call_site and f.call_site.line == dist]
+    assert "`torch.distributions.Categorical`" in init.title
+
+
+LBFGS = """\
+import torch
+
+torch.manual_seed(0)
+model = torch.nn.Linear(8, 1)
+x, y = torch.randn(32, 8), torch.randn(32, 1)
+opt = torch.optim.LBFGS(model.parameters(), max_iter=3)
+
+
+def closure():
+    opt.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    return loss
+
+
+for step in range(8):
+    opt.step(closure)  # STEP
+"""
+
+
+def test_lbfgs_internal_reads_are_blamed_on_the_library_call(tmp_path: Path) -> None:
+    # GIVEN an LBFGS loop: the optimizer reads the loss and gradient norms itself, inside step(closure)
+    a, side = _profile(tmp_path, LBFGS, "lbfgs.py")
+    line = line_of(LBFGS, "# STEP")
+    # THEN the reads sit at the user's step line, made inside torch.optim's LBFGS.step
+    inside = [r for r in _sites(side, line) if r["on_device"]]
+    assert inside and {r["library_call"] for r in inside} == {"torch.optim.lbfgs.LBFGS.step"}
+    assert all(r["library"].startswith("torch.optim") for r in inside)
+    # AND every would-be sync is an optimizer-internal finding there, whose advice fits LBFGS
+    found = [f for f in a.findings if f.rule.startswith("would_sync")]
+    assert found and {(f.rule, f.call_site.line if f.call_site else None) for f in found} == {
+        ("would_sync_in_optimizer", line)
+    }
+    for f in found:
+        assert "`torch.optim.LBFGS.step`" in f.title and "`torch.optim.LBFGS.step`" in f.advice
+        assert "max_iter" in f.advice and "loss.detach()" not in f.advice

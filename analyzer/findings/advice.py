@@ -63,6 +63,44 @@ DECODE = (
 )
 
 
+OUTPUT_READBACK = (
+    "Reading the result back once per call is needed (it is what the program prints or returns), so "
+    "this wait stays: it is one wait per call, not one per token. Keep it there, outside the inner "
+    "loop; to hide it, launch the next call before reading this one's result (copy it "
+    "`non_blocking=True` into pinned memory and wait on an event just before the host uses it)."
+)
+
+DISTRIBUTIONS_VALIDATE = (
+    "The read is torch.distributions checking its arguments (`validate_args`): every distribution "
+    "built or `log_prob` called with validation on tests its parameters or sample on the host, and on "
+    "a GPU that waits for the device. Turn the checks off in the loop: `Categorical(logits=logits, "
+    "validate_args=False)`, or once for all with "
+    "`torch.distributions.Distribution.set_default_validate_args(False)` (keep them on while debugging)."
+)
+
+
+def optimizer_internal(call: str) -> str:
+    """A sync inside an optimizer's own ``step`` (``torch.optim.LBFGS`` reads its loss and gradient
+    norms back to decide when to stop): the user cannot move the reads, only make fewer of them."""
+    return (
+        f"These reads are inside `{call}`, not in your code: the optimizer reads the loss and gradient "
+        "norms back on the host to decide its line search and when to stop (LBFGS: `float(loss)` and "
+        "the `tolerance_grad` / `tolerance_change` tests, every inner iteration), and on a GPU each one "
+        "waits. They are part of the algorithm: make fewer of them (a smaller `max_iter` per `step`, "
+        "`line_search_fn=None`), or use an optimizer whose step reads nothing back (`torch.optim.Adam`, "
+        "`torch.optim.SGD`). Nothing in the closure needs changing for them."
+    )
+
+
+def library_call(call: str, library: str) -> str:
+    """A sync inside a library call the user's line made (no more specific advice for that library)."""
+    return (
+        f"The host read is made inside `{call}` ({library}), which your line calls: look for an option "
+        "of that call that skips the check or conversion, call it less often (outside the loop, every "
+        "N steps), or pass it host data where it only needs host data."
+    )
+
+
 LAUNCH_BOUND = (
     "Cut per-kernel launch cost: capture the loop body in a CUDA graph (`torch.cuda.graphs` / "
     "`torch.compile(mode='reduce-overhead')`), fuse small ops (`torch.compile`), or batch more "

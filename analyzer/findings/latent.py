@@ -4,8 +4,11 @@ CPU-only run, and input advice that knows the program's DataLoader.
 A CPU-only run cannot show a sync, but the collector's sidecar saw each sync-prone call and whether its
 tensor would live on the accelerator (``on_device``, from ``stallscope.collector.origin``). A site is reported when
 its tensor would be on the device and it is called inside the profiled steps in most of them (a call
-outside the steps, at setup or after the loop, is never a loop finding). Per-token scalar reads in a
-loop without an optimizer (a decode loop) get decode advice, not training advice.
+outside the steps, at setup or after the loop, is never a loop finding). The advice follows what the
+code is: a read made inside a library the user's line calls names that call (torch.distributions'
+argument checks, an optimizer's own reads, any other library); per-token scalar reads in a loop that
+does not train (no optimizer, no backward pass: a decode loop) get decode advice; a result read back
+once per step of such a loop is needed (low severity); the rest, training advice.
 """
 
 from __future__ import annotations
@@ -53,17 +56,66 @@ def _in_steps(a: Evidence, times: np.ndarray) -> np.ndarray:
     return inside
 
 
-def _decode_loop(a: Evidence, kind: SyncKind, op: str, per_step: float) -> bool:
-    """Per-token reads deciding when to stop: scalar reads in a loop without an optimizer, several per
-    step, or one per step of a loop whose steps are marked by hand (or found from forward or generate calls)."""
-    if kind != SyncKind.SCALAR_READ or a.sidecar is None:
+def _training(a: Evidence) -> bool:
+    """Whether the profiled loop trains: its steps come from an optimizer, or the trace holds a backward
+    pass (a loop that updates its parameters by hand, with no optimizer, still calls ``backward``)."""
+    if a.sidecar is not None and a.sidecar.run.get("step_source") == "optimizer":
+        return True
+    return any(s.startswith("autograd::engine::evaluate_function") for s in a.model.strings)
+
+
+def _decode_loop(a: Evidence, kind: SyncKind, op: str, per_step: float, training: bool) -> bool:
+    """Per-token reads deciding when to stop: scalar reads in a loop that does not train (no optimizer,
+    no backward pass), several per step, or one per step of a loop whose steps are marked by hand (or
+    found from forward or generate calls)."""
+    if kind != SyncKind.SCALAR_READ or a.sidecar is None or training:
         return False
     source = a.sidecar.run.get("step_source")
-    if source == "optimizer":
-        return False
     return per_step >= 4 or (
         source in ("explicit", "forward", "generate") and op.endswith(("item", "__bool__"))
     )
+
+
+_READBACK_OPS = ("tolist", "cpu", "numpy")
+
+
+def _output_readback(op: str, per_step: float, training: bool) -> bool:
+    """The result read back once per step of a loop that does not train (a sample's tokens turned into
+    text: ``y[0].tolist()`` after ``generate``): needed, not a sync to remove."""
+    return not training and per_step <= 1.5 and op.rsplit(".", 1)[-1] in _READBACK_OPS
+
+
+def _package(module: str) -> str:
+    parts = module.split(".")
+    return ".".join(parts[:2] if parts[0] == "torch" and len(parts) > 2 else parts[:1])
+
+
+def _call_name(call: str, package: str) -> str:
+    """``torch.optim.lbfgs.LBFGS.step`` -> ``torch.optim.LBFGS.step`` (the name users write)."""
+    rest = call[len(package) + 1 :] if call.startswith(package + ".") else call
+    parts = rest.split(".")
+    # drop the private module under the package (``lbfgs``, ``categorical``) when a class follows it
+    if len(parts) > 2 and parts[0].islower() and parts[1][:1].isupper():
+        parts = parts[1:]
+    name = ".".join(parts).removesuffix(".__init__")
+    return f"{package}.{name}" if call.startswith(package + ".") else name
+
+
+def _library_finding(
+    op: str, kind: SyncKind, site: object, n: int, where: str, library: str, call: str
+) -> tuple[str, str, str]:
+    """(rule, title, advice) of a would-be sync made inside a library call of the user's line."""
+    package = _package(library)
+    name = _call_name(call, package)
+    title = (
+        f"`{op}` inside `{name}` ({package}), called at {site}: {n}x {where}; on a GPU it would block "
+        f"the host ({kind.value})"
+    )
+    if package == "torch.distributions":
+        return "would_sync_distribution_checks", title, advice.DISTRIBUTIONS_VALIDATE
+    if package == "torch.optim":
+        return "would_sync_in_optimizer", title, advice.optimizer_internal(name)
+    return "would_sync_in_library", title, advice.library_call(name, package)
 
 
 def would_sync_on_gpu(a: Evidence) -> list[Finding]:
@@ -80,26 +132,28 @@ def would_sync_on_gpu(a: Evidence) -> list[Finding]:
                 counts[i] = counts.get(i, 0) + 1
     needed = max(1.0, len(a.steps) / 2) if a.steps else 2.0
     where = "in the profiled steps" if a.steps else "in the profiled run"
+    training = _training(a)
     out = []
     for i, n in sorted(counts.items(), key=lambda kv: -kv[1]):
         if n < needed:
             continue
         op, site = side.ops[i], side.sites[i]
         kind = op_kind(op)
-        decode = _decode_loop(a, kind, op, n / max(len(a.steps), 1))
-        title = f"`{op}` at {site}: {n}x {where}; on a GPU it would block the host ({kind.value})"
-        if decode:
+        per_step = n / max(len(a.steps), 1)
+        library, call = side.site_library(i)
+        severity = Severity.MEDIUM
+        if library and call:
+            rule, title, text = _library_finding(op, kind, site, n, where, library, call)
+        elif _decode_loop(a, kind, op, per_step, training):
+            rule, text = "would_sync_decode", advice.DECODE
             title = f"decode loop reads each token back: `{op}` at {site}, {n}x {where}; on a GPU each waits"
-        out.append(
-            Finding(
-                "would_sync_decode" if decode else f"would_sync_{kind.value}",
-                Severity.MEDIUM,
-                title,
-                site,
-                n,
-                0.0,
-                0.0,
-                advice.DECODE if decode else advice.SYNC[kind],
+        elif _output_readback(op, per_step, training):
+            rule, text, severity = "would_sync_output_readback", advice.OUTPUT_READBACK, Severity.LOW
+            title = (
+                f"the result is read back once per step: `{op}` at {site}, {n}x {where}; on a GPU each waits"
             )
-        )
+        else:
+            rule, text = f"would_sync_{kind.value}", advice.SYNC[kind]
+            title = f"`{op}` at {site}: {n}x {where}; on a GPU it would block the host ({kind.value})"
+        out.append(Finding(rule, severity, title, site, n, 0.0, 0.0, text))
     return out

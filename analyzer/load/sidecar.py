@@ -5,7 +5,7 @@ Schema ``stallscope.sidecar/1`` (written by ``stallscope profile``; documented i
     {"schema": "stallscope.sidecar/1",
      "run": {...},                                    # torch / CUDA versions, device, command line, git
      "sync_sites": [{"file", "line", "function", "op", "thread", "on_device", "count", "first_us",
-                     "times_us": [...]}],
+                     "times_us": [...], "library", "library_call"}],
      "step_timing": {...}}
 
 ``thread`` is the OS thread id as the trace's ``tid`` writes it; ``times_us`` are call starts on the trace
@@ -45,9 +45,15 @@ class Sidecar:
     # per site: whether its tensor is (or, on a CPU-only run, would be) on the accelerator; True when
     # the collector did not say (older bundles)
     on_device: tuple[bool, ...] = ()
+    # per site: (the library module that made the call, the library call the user's line made), or
+    # ("", "") for a call the user's own code made (records without ``library``)
+    libraries: tuple[tuple[str, str], ...] = ()
 
     def site_on_device(self, i: int) -> bool:
         return self.on_device[i] if i < len(self.on_device) else True
+
+    def site_library(self, i: int) -> tuple[str, str]:
+        return self.libraries[i] if i < len(self.libraries) else ("", "")
 
     def exact_site(self, thread: str, start_us: float, end_us: float) -> CallSite | None:
         """The recorded call on ``thread`` that started latest at or before ``end_us`` and no earlier than
@@ -128,6 +134,7 @@ def _parse(doc: dict[str, Any], path: str) -> Sidecar:
     sites: list[CallSite] = []
     ops: list[str] = []
     on_device: list[bool] = []
+    libraries: list[tuple[str, str]] = []
     per_thread: dict[str, tuple[list[float], list[int]]] = {}
     for rec in doc.get("sync_sites") or []:
         line = bounded_int(rec["line"], _MAX_LINE)
@@ -136,6 +143,10 @@ def _parse(doc: dict[str, Any], path: str) -> Sidecar:
         sites.append(CallSite(str(rec["file"]), line, str(rec["function"])))
         ops.append(str(rec.get("op", "")))
         on_device.append(rec.get("on_device") is not False)
+        library, call = rec.get("library"), rec.get("library_call")
+        libraries.append(
+            (library[:200], call[:200]) if isinstance(library, str) and isinstance(call, str) else ("", "")
+        )
         times, index = per_thread.setdefault(str(rec.get("thread", "")), ([], []))
         recorded = rec.get("times_us")
         for t in recorded if isinstance(recorded, list) and recorded else [rec.get("first_us")]:
@@ -151,4 +162,4 @@ def _parse(doc: dict[str, Any], path: str) -> Sidecar:
     timing = doc.get("step_timing")
     run = run if isinstance(run, dict) else {}
     timing = timing if isinstance(timing, dict) else {}
-    return Sidecar(path, run, timing, tuple(sites), tuple(ops), by_thread, tuple(on_device))
+    return Sidecar(path, run, timing, tuple(sites), tuple(ops), by_thread, tuple(on_device), tuple(libraries))
