@@ -72,6 +72,7 @@ def render(doc: Doc) -> str:
             ],
             "note": steps["note"],
         },
+        "run": _run(doc.get("run_steps")),
         "tables": [
             {"id": key, "title": title, "what": what, "rows": [table_row(r) for r in doc[key]]}
             for key, title, what in _TABLES
@@ -82,6 +83,35 @@ def render(doc: Doc) -> str:
         "colors": {"text": palette.TEXT, "muted": palette.MUTED, "grid": palette.GRID},
     }
     return _environment().get_template("diff.html.j2").render(context)
+
+
+#: how the page names what the whole runs say of the windows' change (``RunNoise.reading``)
+_READING = {
+    "noise": "noise: the profiled steps differ by less than the runs' step-to-step spread",
+    "windows_atypical": "the profiled steps caught atypical steps: the whole runs differ by less than their spread",
+    "windows_disagree": "the profiled steps and the whole runs disagree: trust the whole runs",
+    "confirmed": "the whole runs confirm the change",
+    "run_only": "no profiled steps to compare: the whole runs' change",
+}
+
+
+def _run(run: Any) -> Doc | None:
+    """The whole runs' step times against the windows (the diff's ``run_steps``), as text."""
+    if not isinstance(run, dict):
+        return None
+    reading = str(run.get("reading") or "")
+    return {
+        "rows": [
+            _cells("median step (every step)", run["median_us"], "ms", -1),
+            _cells("p90 step (every step)", run["p90_us"], "ms", -1),
+            _cells("steps timed", run["steps"], "n", 0),
+        ],
+        "spread": ms(run["spread_us"]),
+        "reading": reading,
+        "said": _READING.get(reading, reading.replace("_", " ")),
+        "trusted": reading in ("confirmed", "run_only"),
+        "note": run.get("note") or "",
+    }
 
 
 def _present(delta: Doc) -> bool:

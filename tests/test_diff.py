@@ -496,3 +496,85 @@ def test_the_html_page_shows_code_not_backticks(tmp_path: Path) -> None:
     body = page.read_text().split("<body", 1)[1].split("<script", 1)[0]  # the page, not its JSON data
     # THEN the title's code is a <code> element and no backtick is left in the page's text
     assert "<code>.item()</code>" in body and "`" not in body
+
+
+def _bundle(tmp_path: Path, sc: SynthTrace, host_ms: list[float]) -> str:
+    """The synthetic trace in a folder with a hand-made sidecar whose ``step_timing`` times every step
+    of the run (``host_ms``), as ``stallscope profile`` writes one."""
+    folder = tmp_path / sc.name
+    folder.mkdir()
+    sc.write(folder / f"{sc.name}.pt.trace.json.gz")
+    sidecar = {
+        "schema": "stallscope.sidecar/1",
+        "run": {},
+        "sync_sites": [],
+        "step_timing": {"count": len(host_ms), "steps": {"host_ms": host_ms}},
+    }
+    (folder / "sidecar.json").write_text(json.dumps(sidecar))
+    return str(folder)
+
+
+def _busy(median: float, seed: int, n: int = 200) -> list[float]:
+    """A busy machine's step times: most near ``median``, a tenth of them 2-4x longer."""
+    import random
+
+    rng = random.Random(seed)
+    return [
+        median * (rng.uniform(2, 4) if rng.random() < 0.15 else rng.uniform(0.97, 1.03)) for _ in range(n)
+    ]
+
+
+def test_a_window_change_within_the_runs_spread_is_called_noise(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN two noisy runs of the same program (every step timed: the same steady state, a busy
+    # machine's slow steps), whose profiled windows differ (the after window holds an item sync)
+    before = _bundle(tmp_path, loop("before"), _busy(10.0, 1))
+    after = _bundle(tmp_path, loop("after", item=True), _busy(10.0, 2))
+    d = diff_doc(before, after, tmp_path)
+    run = d["run_steps"]
+    window = d["steps"]["median_us"]["change"]
+    # THEN the windows' change is set against the runs' step-to-step spread, and it is within it
+    assert window and abs(window) <= run["spread_us"]
+    assert run["spread_us"] > 5000.0  # p90 of a run whose slow tenth is 2-4x longer
+    assert (run["reading"], run["window_within_spread"], run["run_within_spread"]) == ("noise", True, True)
+    assert run["window_change_us"] == window
+    assert run["median_us"]["before"] == pytest.approx(10_000.0, rel=0.05)
+    assert run["steps"]["before"] == 200  # steps timed in the run
+    assert "within the runs' step-to-step spread" in run["note"] and "noise" in run["note"]
+    assert run["note"] in d["notes"]
+    # AND the terminal flags the wall change and says so
+    assert main(["diff", before, after, "--no-cache"]) == 0
+    out = capsys.readouterr().out
+    (wall,) = [line for line in out.splitlines() if line.startswith("  wall")]
+    assert wall.endswith("(noise: within the runs' step-to-step spread: see run)")
+    assert "  run       every step: median" in out and ": noise (see note)" in out
+    # AND so does the HTML page
+    page = tmp_path / "diff.html"
+    assert main(["diff", before, after, "--report", str(page), "-q", "--no-cache"]) == 0
+    html = page.read_text()
+    assert 'id="diff-run"' in html and 'data-reading="noise"' in html and 'id="diff-untrusted"' in html
+
+
+def test_a_quiet_run_confirms_a_real_change_and_an_atypical_window_is_named(tmp_path: Path) -> None:
+    # GIVEN quiet runs (steps within 1%): after is slower in every step, by the item sync's cost
+    before = _bundle(tmp_path, loop("before"), [10.0 + 0.01 * (i % 7) for i in range(50)])
+    after_sc = loop("after", item=True)
+    slower = [12.0 + 0.01 * (i % 7) for i in range(50)]
+    run = diff_doc(before, _bundle(tmp_path, after_sc, slower), tmp_path)["run_steps"]
+    # THEN the whole runs confirm the windows' change (both beyond the spread, the same way)
+    assert run["spread_us"] < 100.0 and run["window_change_us"] > run["spread_us"]
+    assert run["reading"] == "confirmed" and run["run_within_spread"] is False
+    # AND when the whole runs did not move, the windows' change is called atypical, not trusted
+    same = tmp_path / "same"
+    same.mkdir()
+    run = diff_doc(
+        before, _bundle(same, loop("after", item=True), [10.0 + 0.01 * (i % 7) for i in range(50)]), tmp_path
+    )["run_steps"]
+    assert run["reading"] == "windows_atypical" and "trust the whole runs" in run["note"]
+
+
+def test_without_step_timing_there_is_no_run_reading(tmp_path: Path) -> None:
+    before, after = write(loop("before"), tmp_path), write(loop("after"), tmp_path)
+    d = diff_doc(before, after, tmp_path)
+    assert d["run_steps"] is None and not any("whole runs" in n for n in d["notes"])

@@ -23,6 +23,12 @@ Pairing rules:
   side only is ``new`` or ``gone``; when a side's top table was cut at its top rows (a saved analysis
   lists 20), a name missing there is ``entered`` / ``left`` (below that side's list), not ``new`` /
   ``gone``.
+- **whole runs**: when both analyses carry ``run_steps`` (every step of the run timed by the collector,
+  the first left out), the profiled steps' median change is set against the runs' step-to-step spread
+  (the larger p90 − median of the two runs): within it the change is noise; beyond it while the runs'
+  medians differ by less, the windows caught atypical steps (``RunNoise``, ``Reading``). A short
+  window on a busy machine can move by more than a change being measured; every step of the run
+  cannot, as easily. The reading is also a note.
 """
 
 from __future__ import annotations
@@ -114,6 +120,18 @@ class Side:
     # the verdict's numbers behind ``evidence`` (empty for an older document): views word them
     path_share: Mapping[str, float]
     sensitivity_us: Mapping[str, float]
+    run: RunSide | None = None  # every step of the run (the analysis' ``run_steps``), when it has them
+
+
+@dataclass(frozen=True)
+class RunSide:
+    """The whole run's steady-state step times (the analysis' ``run_steps``: the sidecar's
+    ``step_timing``, every step of the run but the first), in µs."""
+
+    steps: int
+    median_us: float
+    p90_us: float
+    profiled_median_us: float | None  # the profiled steps' median, as that analysis measured it
 
 
 @dataclass(frozen=True)
@@ -162,6 +180,33 @@ class WhatIfDelta:
     saving_us: Delta
 
 
+class Reading(str, Enum):
+    """What the whole runs' step times say of the windows' change (``RunNoise.reading``)."""
+
+    NOISE = "noise"  # the windows differ by less than the runs' step-to-step spread
+    WINDOWS_ATYPICAL = "windows_atypical"  # the windows differ by more, the whole runs by less
+    WINDOWS_DISAGREE = "windows_disagree"  # both beyond the spread, in opposite directions
+    CONFIRMED = "confirmed"  # both beyond the spread, the same way: the change is real
+    RUN_ONLY = "run_only"  # no profiled steps to compare: only the runs' change
+
+
+@dataclass(frozen=True)
+class RunNoise:
+    """The windows' change set against every step of both runs. ``spread_us`` is the runs'
+    step-to-step spread: the larger of the two runs' p90 − median step time (a handful of profiled
+    steps can land anywhere in it, on a busy machine by much more than a change being measured)."""
+
+    median_us: Delta  # the whole runs' steady-state median step
+    p90_us: Delta
+    steps: Delta  # steps timed in each run
+    spread_us: float
+    window_change_us: float | None  # the profiled steps' median, after − before (None: no steps)
+    window_within_spread: bool | None
+    run_within_spread: bool
+    reading: Reading
+    note: str
+
+
 @dataclass(frozen=True)
 class Diff:
     before: str
@@ -183,6 +228,7 @@ class Diff:
     findings: tuple[RowDelta, ...]
     whatif: tuple[WhatIfDelta, ...]
     notes: tuple[str, ...]
+    run_steps: RunNoise | None = None  # None unless both analyses timed every step of their run
 
 
 # ----- reading one side ------------------------------------------------------------------------
@@ -251,7 +297,27 @@ def _side(doc: Doc, label: str, tops_cut: bool) -> Side:
         findings=_findings(doc["findings"]),
         path_share=_shares(None if cpu else verdict.get("path_share")),
         sensitivity_us=_shares(None if cpu else verdict.get("sensitivity_us")),
+        run=_run_side(doc.get("run_steps")),
     )
+
+
+def _run_side(run: object) -> RunSide | None:
+    """The document's ``run_steps`` (None when absent, null or without a usable host distribution: an
+    analysis of a trace that did not come from ``stallscope profile``, or an older document)."""
+    if not isinstance(run, dict) or not isinstance(run.get("host_ms"), dict):
+        return None
+    host = run["host_ms"]
+    try:
+        median, p90 = _num(host.get("median_ms"), "median_ms"), _num(host.get("p90_ms"), "p90_ms")
+        steps = int(_num(run.get("steps"), "steps"))
+    except ValueError:
+        return None
+    if not (0.0 <= median <= p90 < 1e12):
+        return None
+    profiled = run.get("profiled_median_ms")
+    usable = isinstance(profiled, int | float) and not isinstance(profiled, bool) and profiled >= 0
+    profiled_us = float(profiled) * 1000.0 if usable and isinstance(profiled, int | float) else None
+    return RunSide(steps, median * 1000.0, p90 * 1000.0, profiled_us)
 
 
 #: the what-if scenarios that mean something without a device (the others re-time device work or syncs)
@@ -304,7 +370,8 @@ def compare(a: Side, b: Side, rows: int = ROWS) -> Diff:
     kernels, sync sites and findings."""
     steps = _steps(a, b)
     comparable = not (a.steps and b.steps and len(a.steps) != len(b.steps))
-    notes = _notes(a, b, steps, comparable)
+    run = _run_noise(a, b, steps)
+    notes = _notes(a, b, steps, comparable) + ((run.note,) if run is not None else ())
 
     def device(get: Callable[[Side], float | None]) -> Delta:
         return Delta(get(a), get(b))
@@ -336,7 +403,68 @@ def compare(a: Side, b: Side, rows: int = ROWS) -> Diff:
             for name in dict.fromkeys([*a.whatif, *b.whatif])
         ),
         notes=notes,
+        run_steps=run,
     )
+
+
+def _run_noise(a: Side, b: Side, steps: StepsDiff) -> RunNoise | None:
+    """The windows' per-step change against the whole runs' (None unless both sides timed their run)."""
+    if a.run is None or b.run is None:
+        return None
+    ra, rb = a.run, b.run
+    spread = max(ra.p90_us - ra.median_us, rb.p90_us - rb.median_us)
+    median = Delta(ra.median_us, rb.median_us)
+    run_change = rb.median_us - ra.median_us
+    run_within = abs(run_change) <= spread
+    window = steps.median_us.change if steps.paired else None
+    window_within = None if window is None else abs(window) <= spread
+    runs = f"the whole runs' median step {_ms(ra.median_us)} -> {_ms(rb.median_us)} ({_signed(run_change)}"
+    runs += f", {median.rel:+.0%})" if median.rel is not None else ")"
+    band = f"the runs' step-to-step spread (p90 - median, up to {_ms(spread)})"
+    if window is None:
+        reading = Reading.RUN_ONLY
+        within = "within" if run_within else "beyond"
+        note = f"{runs}, {within} {band}"
+    elif window_within:
+        reading = Reading.NOISE
+        note = (
+            f"the profiled steps differ by {_signed(window)} per step, within {band}: the change is "
+            f"noise; {runs}"
+        )
+    elif run_within:
+        reading = Reading.WINDOWS_ATYPICAL
+        note = (
+            f"the profiled steps differ by {_signed(window)} per step, beyond {band}, but {runs} is "
+            "within it: the windows caught atypical steps (a busy machine); trust the whole runs"
+        )
+    elif (window > 0) != (run_change > 0):
+        reading = Reading.WINDOWS_DISAGREE
+        note = (
+            f"the profiled steps differ by {_signed(window)} per step but {runs}: the windows and "
+            "the runs disagree; trust the whole runs"
+        )
+    else:
+        reading = Reading.CONFIRMED
+        note = f"the whole runs confirm the profiled steps' change: {runs}, beyond {band}"
+    return RunNoise(
+        median,
+        Delta(ra.p90_us, rb.p90_us),
+        Delta(ra.steps, rb.steps),
+        spread,
+        window,
+        window_within,
+        run_within,
+        reading,
+        note,
+    )
+
+
+def _ms(us: float) -> str:
+    return f"{us / 1000.0:.3g} ms"
+
+
+def _signed(us: float) -> str:
+    return f"{us / 1000.0:+.3g} ms"
 
 
 def _notes(a: Side, b: Side, steps: StepsDiff, comparable: bool) -> tuple[str, ...]:
@@ -551,4 +679,21 @@ def diff_json(d: Diff) -> Doc:
             for w in d.whatif
         ],
         "notes": list(d.notes),
+        "run_steps": _run_noise_json(d.run_steps),
+    }
+
+
+def _run_noise_json(r: RunNoise | None) -> Doc | None:
+    if r is None:
+        return None
+    return {
+        "median_us": _delta(r.median_us),
+        "p90_us": _delta(r.p90_us),
+        "steps": _delta(r.steps),
+        "spread_us": r.spread_us,
+        "window_change_us": r.window_change_us,
+        "window_within_spread": r.window_within_spread,
+        "run_within_spread": r.run_within_spread,
+        "reading": r.reading.value,
+        "note": r.note,
     }

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from stallscope.analyzer.document.diff import Delta, Diff, Gate, RowDelta, Status, VerdictSide
+from stallscope.analyzer.document.diff import Delta, Diff, Gate, Reading, RowDelta, Status, VerdictSide
 from stallscope.analyzer.passes.verdict import SENTENCE
 from stallscope.display.text import evidence_sentence
 from stallscope.display.units import duration as ms
@@ -23,10 +23,13 @@ def render_diff(d: Diff, rows: int = _ROWS) -> str:
     """The comparison in about 30 lines; ``rows`` changed rows per table (every one is in --json)."""
     lines = [f"stallscope diff: before {d.before}", f"                 after  {d.after}"]
     lines.append(
-        f"  wall      {_pair(d.wall_us)}" + ("" if d.wall_comparable else "  (not comparable, see note)")
+        f"  wall      {_pair(d.wall_us)}"
+        + ("" if d.wall_comparable else "  (not comparable, see note)")
+        + _untrusted(d)
     )
     lines.extend(_verdict(d))
     lines.extend(_steps(d))
+    lines.extend(_run(d))
     lines.extend(_device(d))
     lines.extend(_sync_counts(d))
     lines.extend(_table("syncs", "by call site (count, host wait + device idle charged)", d.syncs, rows))
@@ -122,6 +125,31 @@ def _steps(d: Diff) -> list[str]:
     for p in sorted(pairs, key=lambda p: p.index):
         out.append(f"            {p.index:>3}  {p.before[:20]:<20} {p.after[:20]:<20}  {_pair(p.dur_us)}")
     return out
+
+
+#: what the whole runs say of a window change that should not be trusted, for the wall line
+_UNTRUSTED = {
+    Reading.NOISE: "noise: within the runs' step-to-step spread",
+    Reading.WINDOWS_ATYPICAL: "the windows caught atypical steps",
+    Reading.WINDOWS_DISAGREE: "the whole runs disagree",
+}
+
+
+def _untrusted(d: Diff) -> str:
+    said = _UNTRUSTED.get(d.run_steps.reading) if d.run_steps is not None else None
+    return f"  ({said}: see run)" if said else ""
+
+
+def _run(d: Diff) -> list[str]:
+    """Every step of both runs (the sidecars' step timing) against the windows' change."""
+    r = d.run_steps
+    if r is None:
+        return []
+    return [
+        f"  run       every step: median {_pair(r.median_us)}; {_count(r.steps)} steps timed",
+        f"            spread (p90 - median) up to {ms(r.spread_us)}: {r.reading.value.replace('_', ' ')}"
+        " (see note)",
+    ]
 
 
 def _device(d: Diff) -> list[str]:
