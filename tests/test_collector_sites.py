@@ -247,6 +247,18 @@ def test_frames_inside_torch_are_skipped(strategy: str) -> None:
     # torch.distributions validates with ``if not valid.all()`` inside torch: charged to the user's line
     assert any(line == line_dist for line, _op in sites)
     assert all(r["file"] == HERE for r in sites.values())
+    # ... and the record names the library that made the read and the call of the user's line
+    checks = [r for (line, _op), r in sites.items() if line == line_dist]
+    assert checks and {(r["library"], r["library_call"]) for r in checks} == {
+        ("torch.distributions.distribution", "torch.distributions.categorical.Categorical.__init__")
+    }
+    # ... which a call the user's own line made has not (a module without a name: no library)
+    assert "library" not in sites[(line_fake, "Tensor.item")]
+    direct = next_line()
+    with SyncSiteRecorder(strategy=strategy) as rec:
+        t.item()
+    (r,) = [r for r in rec.records() if r["line"] == direct + 1]
+    assert "library" not in r and "library_call" not in r
 
 
 @STRATEGIES

@@ -6,6 +6,7 @@ program's DataLoader."""
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -284,7 +285,10 @@ def test_distribution_checks_get_validate_args_advice(tmp_path: Path) -> None:
     assert found and {f.rule for f in found} == {"would_sync_distribution_checks"}
     assert dist in {f.call_site.line for f in found if f.call_site}
     for f in found:
-        assert f.advice == advice.DISTRIBUTIONS_VALIDATE and "validate_args=False" in f.advice
+        assert "`Categorical(..., validate_args=False)`" in f.advice
+        called = re.search(r"inside `([^`]+)`", f.title)
+        assert called and called[1].startswith("torch.distributions.Categorical")
+        assert f.advice == advice.distributions_validate(called[1]) and f"`{called[1]}`" in f.advice
         assert "torch.distributions" in f.title and "loss.detach()" not in f.advice
     (init,) = [f for f in found if f.call_site and f.call_site.line == dist]
     assert "`torch.distributions.Categorical`" in init.title
@@ -327,3 +331,31 @@ def test_lbfgs_internal_reads_are_blamed_on_the_library_call(tmp_path: Path) -> 
     for f in found:
         assert "`torch.optim.LBFGS.step`" in f.title and "`torch.optim.LBFGS.step`" in f.advice
         assert "max_iter" in f.advice and "loss.detach()" not in f.advice
+
+
+BRANCH = """\
+import torch
+
+torch.manual_seed(0)
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x, y = torch.randn(16, 8), torch.randn(16, 1)
+for step in range(8):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    if loss > 100:  # BRANCH
+        break
+"""
+
+
+def test_a_branch_on_a_tensor_gets_branch_advice(tmp_path: Path) -> None:
+    # GIVEN a training loop that branches on its loss every step (`if loss > 100:`)
+    a, _ = _profile(tmp_path, BRANCH, "branch.py")
+    line = line_of(BRANCH, "# BRANCH")
+    # THEN it is a scalar read whose advice is about deciding on the device, not accumulating a loss
+    assert _would(a) == {line: "would_sync_scalar_read"}
+    (f,) = [f for f in a.findings if f.rule.startswith("would_sync")]
+    assert f.advice == advice.scalar_read("Tensor.__bool__") and "torch.where" in f.advice
+    assert advice.scalar_read("Tensor.item") == advice.SYNC[SyncKind.SCALAR_READ]

@@ -70,13 +70,43 @@ OUTPUT_READBACK = (
     "`non_blocking=True` into pinned memory and wait on an event just before the host uses it)."
 )
 
-DISTRIBUTIONS_VALIDATE = (
-    "The read is torch.distributions checking its arguments (`validate_args`): every distribution "
-    "built or `log_prob` called with validation on tests its parameters or sample on the host, and on "
-    "a GPU that waits for the device. Turn the checks off in the loop: `Categorical(logits=logits, "
-    "validate_args=False)`, or once for all with "
-    "`torch.distributions.Distribution.set_default_validate_args(False)` (keep them on while debugging)."
-)
+
+def distributions_validate(call: str) -> str:
+    """A read made by torch.distributions' argument checks (``validate_args``) inside ``call``
+    (``torch.distributions.Categorical``, ``torch.distributions.Normal.log_prob``)."""
+    parts = call.removeprefix("torch.distributions.").split(".")
+    cls = parts[0] if parts[0][:1].isupper() else "Categorical"
+    return (
+        f"The read is torch.distributions checking its arguments (`validate_args`) inside `{call}`: "
+        "building a distribution or calling `log_prob` with validation on tests its parameters or "
+        "sample on the host, and on a GPU that waits for the device. Turn the checks off in the loop: "
+        f"`{cls}(..., validate_args=False)`, or once for all with "
+        "`torch.distributions.Distribution.set_default_validate_args(False)` (keep them on while "
+        "debugging)."
+    )
+
+
+#: scalar reads by what they are, for the ops whose fix is not "read it less often"
+_BRANCH_OPS = ("__bool__", "is_nonzero", "equal", "allclose", "__contains__")
+_PRINT_OPS = ("__repr__", "__format__")
+
+
+def scalar_read(op: str) -> str:
+    """The advice for a scalar read in a training loop, by its op: a Python branch on a tensor, a
+    printed tensor, or a value read back (``.item()``, ``float(t)``: accumulate, read every N steps)."""
+    name = op.rsplit(".", 1)[-1]
+    if name in _BRANCH_OPS:
+        return (
+            "A Python `if` (or `assert`, `while`) on a tensor reads it back to decide: decide on the "
+            "device instead (`torch.where(cond, a, b)`, masks), check every N steps, or take a "
+            "debugging check out of the loop."
+        )
+    if name in _PRINT_OPS:
+        return (
+            "Printing or formatting a tensor copies it to the host: log every N steps, or keep the "
+            "values on the device (`total += loss.detach()`) and print them after the loop."
+        )
+    return SYNC[SyncKind.SCALAR_READ]
 
 
 def optimizer_internal(call: str) -> str:
@@ -86,9 +116,10 @@ def optimizer_internal(call: str) -> str:
         f"These reads are inside `{call}`, not in your code: the optimizer reads the loss and gradient "
         "norms back on the host to decide its line search and when to stop (LBFGS: `float(loss)` and "
         "the `tolerance_grad` / `tolerance_change` tests, every inner iteration), and on a GPU each one "
-        "waits. They are part of the algorithm: make fewer of them (a smaller `max_iter` per `step`, "
-        "`line_search_fn=None`), or use an optimizer whose step reads nothing back (`torch.optim.Adam`, "
-        "`torch.optim.SGD`). Nothing in the closure needs changing for them."
+        "waits. They are part of the algorithm: make fewer of them (a smaller `max_iter` per `step`; "
+        "the default `line_search_fn=None` reads less than `'strong_wolfe'`), or use an optimizer "
+        "whose step reads nothing back (`torch.optim.Adam`, `torch.optim.SGD`). Nothing in the "
+        "closure needs changing for them."
     )
 
 

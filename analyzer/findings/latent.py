@@ -112,7 +112,7 @@ def _library_finding(
         f"the host ({kind.value})"
     )
     if package == "torch.distributions":
-        return "would_sync_distribution_checks", title, advice.DISTRIBUTIONS_VALIDATE
+        return "would_sync_distribution_checks", title, advice.distributions_validate(name)
     if package == "torch.optim":
         return "would_sync_in_optimizer", title, advice.optimizer_internal(name)
     return "would_sync_in_library", title, advice.library_call(name, package)
@@ -153,7 +153,8 @@ def would_sync_on_gpu(a: Evidence) -> list[Finding]:
                 f"the result is read back once per step: `{op}` at {site}, {n}x {where}; on a GPU each waits"
             )
         else:
-            rule, text = f"would_sync_{kind.value}", advice.SYNC[kind]
+            rule = f"would_sync_{kind.value}"
+            text = advice.scalar_read(op) if kind == SyncKind.SCALAR_READ else advice.SYNC[kind]
             title = f"`{op}` at {site}: {n}x {where}; on a GPU it would block the host ({kind.value})"
         out.append(Finding(rule, severity, title, site, n, 0.0, 0.0, text))
     return out
