@@ -497,3 +497,17 @@ def test_clicking_a_merged_block_tells_its_span_busy_time_and_longest_event_apar
     assert shown[0] == timeline.describe(row.kind, row.items, big)
     assert f"span {timeline.fmt_us(span)}" in shown[0] and f"busy {timeline.fmt_us(busy)}" in shown[0]
     assert f"longest {timeline.fmt_us(longest)}" in shown[0]
+
+
+def test_compare_says_when_the_whole_runs_call_the_change_noise(
+    services: Services, item: str, clean: str
+) -> None:
+    # GIVEN the two analyses, as if each came with every step of its run timed: the same busy run
+    a, b = services.store.analysis(item), services.store.analysis(clean)
+    assert compare.run_reading(a, b, ("a", "b")) is None  # traces without a sidecar: nothing to say
+    busy = {"steps": 100, "host_ms": {"median_ms": 10.0, "p90_ms": 1e6}, "profiled_median_ms": 10.0}
+    reading = compare.run_reading(a | {"run_steps": busy}, b | {"run_steps": busy}, ("a", "b"))
+    # THEN the windows' change is within the runs' spread: noise, said as a warning
+    assert reading is not None and reading[0] == "noise"
+    assert reading[1].startswith("whole runs: ") and "noise" in reading[1]
+    assert reading[0] in compare.UNTRUSTED

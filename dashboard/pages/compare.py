@@ -139,6 +139,19 @@ def diff_rows(a: Doc, b: Doc, names: tuple[str, str]) -> dict[str, list[dict[str
     }
 
 
+#: readings of ``stallscope diff``'s ``run_steps`` under which the windows' change is not to be trusted
+UNTRUSTED = ("noise", "windows_atypical", "windows_disagree")
+
+
+def run_reading(a: Doc, b: Doc, names: tuple[str, str]) -> tuple[str, str] | None:
+    """What every step of both runs says of the windows' change (``stallscope diff``'s ``run_steps``):
+    (reading, sentence), or None when a side did not time its whole run."""
+    run = diff_json(compare_sides(side_of(a, names[0]), side_of(b, names[1])))["run_steps"]
+    if not isinstance(run, dict):
+        return None
+    return str(run["reading"]), f"whole runs: {run['note']}"
+
+
 def on_swap(a_id: str | None, b_id: str | None) -> tuple[str | None, str | None]:
     """The swap control: before becomes after and after before."""
     return b_id, a_id
@@ -171,9 +184,12 @@ def on_pick(services: Services, a_id: str | None, b_id: str | None) -> Any:
     ]
     try:
         changed = diff_rows(a, b, names)
+        reading = run_reading(a, b, names)
     except StallscopeError as exc:
         parts.append(message(f"ops not compared: {exc}", "info"))
-        changed = {}
+        changed, reading = {}, None
+    if reading is not None:  # above the headline: it says how far to trust it
+        parts.insert(0, message(reading[1], "warning" if reading[0] in UNTRUSTED else "info"))
     for key, title in DIFF_TABLES:
         if changed.get(key):
             parts += [
