@@ -124,6 +124,40 @@ def test_the_collectors_exact_line_wins_over_the_python_frame(tmp_path: Path) ->
     assert str(a.findings[0].call_site) == "train.py:47 in train_step"
 
 
+@pytest.mark.parametrize(
+    ("library", "call", "named", "says"),
+    [
+        ("torch.optim.lbfgs", "torch.optim.lbfgs.LBFGS.step", "torch.optim.LBFGS.step", "max_iter"),
+        ("torch.distributions.distribution", "torch.distributions.normal.Normal.__init__",
+         "torch.distributions.Normal", "`Normal(..., validate_args=False)`"),
+        ("scipy.optimize._minimize", "scipy.optimize._minimize.minimize", "scipy.optimize._minimize.minimize",
+         "(scipy)"),
+    ],
+)  # fmt: skip
+def test_a_sync_inside_a_library_call_names_it_and_gets_its_advice(
+    tmp_path: Path, library: str, call: str, named: str, says: str
+) -> None:
+    # GIVEN the .item() loop's bundle whose sidecar recorded each read inside a library call of line 47
+    model = load(SAMPLES / "item_in_loop.pt.trace.json.gz").models[0]
+    items = [i for i in range(model.event_count) if model.name_of(i) == "aten::item"]
+    thread = model.lanes[int(model.events.lane[items[0]])].tid
+    times = [float(model.events.ts[i]) - 3.0 for i in items]
+    sidecar = {
+        "schema": "stallscope.sidecar/1",
+        "sync_sites": [
+            {"file": "train.py", "line": 47, "function": "train_step", "op": "Tensor.item", "thread": thread,
+             "count": len(times), "first_us": times[0], "times_us": times, "library": library,
+             "library_call": call},
+        ],
+    }  # fmt: skip
+    a = analysed(_bundle_with_sidecar(tmp_path, sidecar))
+    # THEN the GPU finding stays at the user's line, names the library call, and advises on that call
+    (f,) = [f for f in a.findings if f.rule == "false_sync_scalar_read"]
+    assert str(f.call_site) == "train.py:47 in train_step"
+    assert f"inside `{named}`" in f.title and says in f.advice
+    assert "loss.detach()" not in f.advice
+
+
 @pytest.mark.parametrize("sidecar", [{"schema": "something/9"}, "not an object", {"schema": "stallscope.sidecar/1",
                                      "sync_sites": [{"file": "x.py"}]}])  # fmt: skip
 def test_an_unusable_sidecar_is_ignored_with_a_note(tmp_path: Path, sidecar: object) -> None:

@@ -132,6 +132,37 @@ def library_call(call: str, library: str) -> str:
     )
 
 
+def _package(module: str) -> str:
+    """A module's package as advice names it: ``torch.optim`` for ``torch.optim.lbfgs``."""
+    parts = module.split(".")
+    return ".".join(parts[:2] if parts[0] == "torch" and len(parts) > 2 else parts[:1])
+
+
+def _call_name(call: str, package: str) -> str:
+    """``torch.optim.lbfgs.LBFGS.step`` -> ``torch.optim.LBFGS.step`` (the name users write)."""
+    rest = call[len(package) + 1 :] if call.startswith(package + ".") else call
+    parts = rest.split(".")
+    # drop the private module under the package (``lbfgs``, ``categorical``) when a class follows it
+    if len(parts) > 2 and parts[0].islower() and parts[1][:1].isupper():
+        parts = parts[1:]
+    name = ".".join(parts).removesuffix(".__init__")
+    return f"{package}.{name}" if call.startswith(package + ".") else name
+
+
+def library_advice(library: str, call: str) -> tuple[str, str, str]:
+    """For a sync made inside a library call of the user's line (the sidecar's ``library``,
+    ``library_call``): (what the rule calls it: ``distribution_checks``, ``in_optimizer`` or
+    ``in_library``; the call as users write it, in backticks, with its package; the advice)."""
+    package = _package(library)
+    name = _call_name(call, package)
+    named = f"`{name}` ({package})"
+    if package == "torch.distributions":
+        return "distribution_checks", named, distributions_validate(name)
+    if package == "torch.optim":
+        return "in_optimizer", named, optimizer_internal(name)
+    return "in_library", named, library_call(name, package)
+
+
 LAUNCH_BOUND = (
     "Cut per-kernel launch cost: capture the loop body in a CUDA graph (`torch.cuda.graphs` / "
     "`torch.compile(mode='reduce-overhead')`), fuse small ops (`torch.compile`), or batch more "

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from stallscope.analyzer.core.sites import CallSite
+from stallscope.analyzer.load.sidecar import Sidecar
 from stallscope.analyzer.passes.syncs import Sync
 
 
@@ -49,3 +50,16 @@ def site_key(f: Finding) -> object:
 def severity(time_us: float, wall_us: float) -> Severity:
     share = time_us / wall_us if wall_us > 0 else 0.0
     return Severity.HIGH if share >= 0.10 else Severity.MEDIUM if share >= 0.02 else Severity.LOW
+
+
+def site_library(sidecar: Sidecar | None, site: CallSite | None) -> tuple[str, str] | None:
+    """The library call inside which the sidecar's calls at ``site`` were made (``library``,
+    ``library_call``), when every call it recorded at that line was made inside that one call
+    (``optimizer.step(closure)``); None otherwise (the user's own read, or a line that does both)."""
+    if sidecar is None or site is None:
+        return None
+    found = {sidecar.site_library(i) for i, s in enumerate(sidecar.sites) if s == site}
+    if len(found) != 1:
+        return None
+    (got,) = found
+    return got if got[0] and got[1] else None

@@ -9,7 +9,14 @@ from stallscope.analyzer.core.arrays import distinct
 from stallscope.analyzer.core.numbers import duration_text, ratio
 from stallscope.analyzer.evidence import Evidence
 from stallscope.analyzer.findings import advice
-from stallscope.analyzer.findings.base import Finding, Severity, severity, sync_site_key, sync_where
+from stallscope.analyzer.findings.base import (
+    Finding,
+    Severity,
+    severity,
+    site_library,
+    sync_site_key,
+    sync_where,
+)
 from stallscope.analyzer.passes.critical import Kind
 from stallscope.analyzer.passes.gaps import Cause
 from stallscope.analyzer.passes.replay import Scenario
@@ -55,6 +62,11 @@ def false_syncs(a: Evidence) -> list[Finding]:
         what = _TITLE[kind]
         if kind == SyncKind.BLANKET and "DeviceSynchronize" not in first.api:
             what = f"device-wide wait (`{first.api}`) in the loop"
+        text = advice.SYNC[kind]
+        library = site_library(a.sidecar, first.call_site)
+        if library is not None:  # made inside a library call of the user's line: say which, advise on it
+            _tag, named, text = advice.library_advice(*library)
+            what = f"{what} inside {named}"
         title = f"{what}{where}: {len(syncs)}x ({', '.join(reasons)})"
         rule = "redundant_sync" if reasons == [Reason.REDUNDANT.value] else f"false_sync_{kind.value}"
         out.append(
@@ -66,7 +78,7 @@ def false_syncs(a: Evidence) -> list[Finding]:
                 len(syncs),
                 cost,
                 saving,
-                advice.SYNC[kind],
+                text,
                 first.op or first.api,
             )
         )

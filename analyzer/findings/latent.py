@@ -85,37 +85,16 @@ def _output_readback(op: str, per_step: float, training: bool) -> bool:
     return not training and per_step <= 1.5 and op.rsplit(".", 1)[-1] in _READBACK_OPS
 
 
-def _package(module: str) -> str:
-    parts = module.split(".")
-    return ".".join(parts[:2] if parts[0] == "torch" and len(parts) > 2 else parts[:1])
-
-
-def _call_name(call: str, package: str) -> str:
-    """``torch.optim.lbfgs.LBFGS.step`` -> ``torch.optim.LBFGS.step`` (the name users write)."""
-    rest = call[len(package) + 1 :] if call.startswith(package + ".") else call
-    parts = rest.split(".")
-    # drop the private module under the package (``lbfgs``, ``categorical``) when a class follows it
-    if len(parts) > 2 and parts[0].islower() and parts[1][:1].isupper():
-        parts = parts[1:]
-    name = ".".join(parts).removesuffix(".__init__")
-    return f"{package}.{name}" if call.startswith(package + ".") else name
-
-
 def _library_finding(
     op: str, kind: SyncKind, site: object, n: int, where: str, library: str, call: str
 ) -> tuple[str, str, str]:
     """(rule, title, advice) of a would-be sync made inside a library call of the user's line."""
-    package = _package(library)
-    name = _call_name(call, package)
+    tag, named, text = advice.library_advice(library, call)
     title = (
-        f"`{op}` inside `{name}` ({package}), called at {site}: {n}x {where}; on a GPU it would block "
-        f"the host ({kind.value})"
+        f"`{op}` inside {named}, called at {site}: {n}x {where}; on a GPU it would block the host "
+        f"({kind.value})"
     )
-    if package == "torch.distributions":
-        return "would_sync_distribution_checks", title, advice.distributions_validate(name)
-    if package == "torch.optim":
-        return "would_sync_in_optimizer", title, advice.optimizer_internal(name)
-    return "would_sync_in_library", title, advice.library_call(name, package)
+    return f"would_sync_{tag}", title, text
 
 
 def would_sync_on_gpu(a: Evidence) -> list[Finding]:
