@@ -262,10 +262,14 @@ torch.manual_seed(0)
 policy = torch.nn.Linear(4, 3)
 opt = torch.optim.Adam(policy.parameters(), lr=0.01)
 for episode in range(8):
-    logits = policy(torch.randn(4))
-    dist = Categorical(logits=logits)  # DIST
-    action = dist.sample()
-    loss = -dist.log_prob(action)  # LOGPROB
+    log_probs = []
+    all_logits = policy(torch.randn(5, 4))  # the episode's observations, in one forward call
+    for t in range(5):  # the episode: one action per environment step
+        dist = Categorical(logits=all_logits[t])  # DIST
+        action = dist.sample()
+        log_probs.append(dist.log_prob(action))  # LOGPROB
+        env_action = action.item()  # ACTION
+    loss = -torch.stack(log_probs).sum()
     opt.zero_grad()
     loss.backward()
     opt.step()
@@ -281,8 +285,8 @@ def test_distribution_checks_get_validate_args_advice(tmp_path: Path) -> None:
     assert inside and all(r["library"].startswith("torch.distributions") for r in inside)
     assert {r["library_call"] for r in inside} == {"torch.distributions.categorical.Categorical.__init__"}
     # AND its finding names the library call and says `validate_args=False`, not loss accumulation
-    found = [f for f in a.findings if f.rule.startswith("would_sync") and f.call_site]
-    assert found and {f.rule for f in found} == {"would_sync_distribution_checks"}
+    found = [f for f in a.findings if f.rule == "would_sync_distribution_checks" and f.call_site]
+    assert found
     assert dist in {f.call_site.line for f in found if f.call_site}
     for f in found:
         assert "`Categorical(..., validate_args=False)`" in f.advice
@@ -292,6 +296,12 @@ def test_distribution_checks_get_validate_args_advice(tmp_path: Path) -> None:
         assert "torch.distributions" in f.title and "loss.detach()" not in f.advice
     (init,) = [f for f in found if f.call_site and f.call_site.line == dist]
     assert "`torch.distributions.Categorical`" in init.title
+    # AND the action read back for the environment, 5x a step, is an inner loop's read, not a loss
+    action = line_of(REINFORCE, "# ACTION")
+    assert _would(a)[action] == "would_sync_scalar_read"
+    (read,) = [f for f in a.findings if f.call_site and f.call_site.line == action]
+    assert read.advice == advice.INNER_LOOP_READS and "loss.detach()" not in read.advice
+    assert read.count == 15  # 5 a step in each of the 3 profiled steps
 
 
 LBFGS = """\

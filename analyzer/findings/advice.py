@@ -91,10 +91,22 @@ _BRANCH_OPS = ("__bool__", "is_nonzero", "equal", "allclose", "__contains__")
 _PRINT_OPS = ("__repr__", "__format__")
 
 
-def scalar_read(op: str) -> str:
+INNER_LOOP_READS = (
+    "This value is read back many times per training step: an inner loop that needs it on the host "
+    "each time (an action for the environment, `action.item()` after `dist.sample()`; a per-sample "
+    "decision). Each read waits for the device: batch the inner loop (vectorised environments, one "
+    "`.tolist()` for the whole batch instead of one `.item()` per element), run a small policy on the "
+    "host, or keep the values on the device until the step needs them."
+)
+
+
+def scalar_read(op: str, per_step: float = 1.0) -> str:
     """The advice for a scalar read in a training loop, by its op: a Python branch on a tensor, a
-    printed tensor, or a value read back (``.item()``, ``float(t)``: accumulate, read every N steps)."""
+    printed tensor, a value read many times a step (an inner loop), or a value read back once a step
+    (``.item()``, ``float(t)``: accumulate, read every N steps)."""
     name = op.rsplit(".", 1)[-1]
+    if per_step >= 4 and name not in _PRINT_OPS:
+        return INNER_LOOP_READS
     if name in _BRANCH_OPS:
         return (
             "A Python `if` (or `assert`, `while`) on a tensor reads it back to decide: decide on the "

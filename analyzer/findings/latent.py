@@ -133,7 +133,7 @@ def would_sync_on_gpu(a: Evidence) -> list[Finding]:
             )
         else:
             rule = f"would_sync_{kind.value}"
-            text = advice.scalar_read(op) if kind == SyncKind.SCALAR_READ else advice.SYNC[kind]
+            text = advice.scalar_read(op, per_step) if kind == SyncKind.SCALAR_READ else advice.SYNC[kind]
             title = f"`{op}` at {site}: {n}x {where}; on a GPU it would block the host ({kind.value})"
         out.append(Finding(rule, severity, title, site, n, 0.0, 0.0, text))
     return out
