@@ -41,6 +41,7 @@ from enum import Enum
 from typing import Any
 
 from stallscope.analyzer.core.errors import TraceError
+from stallscope.analyzer.core.numbers import duration_text
 
 SCHEMA = "stallscope.diff/1"
 ANALYSIS_SCHEMA = "stallscope.analysis/3"
@@ -428,8 +429,8 @@ def _run_noise(a: Side, b: Side, steps: StepsDiff) -> RunNoise | None:
     elif window_within:
         reading = Reading.NOISE
         note = (
-            f"the profiled steps differ by {_signed(window)} per step, within {band}: the change is "
-            f"noise; {runs}"
+            f"the profiled steps differ by {_signed(window)} per step, within {band}: the change in "
+            f"time is noise (rows new or gone on one side are not); {runs}"
         )
     elif run_within:
         reading = Reading.WINDOWS_ATYPICAL
@@ -460,11 +461,11 @@ def _run_noise(a: Side, b: Side, steps: StepsDiff) -> RunNoise | None:
 
 
 def _ms(us: float) -> str:
-    return f"{us / 1000.0:.3g} ms"
+    return duration_text(us)
 
 
 def _signed(us: float) -> str:
-    return f"{us / 1000.0:+.3g} ms"
+    return ("+" if us >= 0 else "-") + duration_text(abs(us))
 
 
 def _notes(a: Side, b: Side, steps: StepsDiff, comparable: bool) -> tuple[str, ...]:
