@@ -369,3 +369,19 @@ def test_a_branch_on_a_tensor_gets_branch_advice(tmp_path: Path) -> None:
     (f,) = [f for f in a.findings if f.rule.startswith("would_sync")]
     assert f.advice == advice.scalar_read("Tensor.__bool__") and "torch.where" in f.advice
     assert advice.scalar_read("Tensor.item") == advice.SYNC[SyncKind.SCALAR_READ]
+
+
+def test_diff_of_adding_workers_shows_no_new_copy_to_the_host(tmp_path: Path) -> None:
+    # GIVEN the training loop profiled with 0 and with 2 DataLoader workers
+    script, bundles = tmp_path / "train.py", []
+    for workers in (0, 2):
+        script.write_text(TRAIN.format(workers=workers))  # the same file: the same call sites
+        bundles.append(str(tmp_path / f"w{workers}"))
+        assert main(["profile", "-o", bundles[-1], *WINDOW, str(script)]) == 0
+    out = tmp_path / "diff.json"
+    assert main(["diff", *bundles, "--json", str(out), "-q", "--no-cache"]) == 0
+    d = json.loads(out.read_text())
+    # THEN adding workers made no would-be sync: the same loss read on both sides, no copy to the host
+    assert d["would_sync_count"]["before"] == d["would_sync_count"]["after"] == 3
+    would = [r for r in d["findings"] if "block the host" in r["detail"] or "would" in r["detail"]]
+    assert not [r for r in would if "to_host" in r["detail"] or r["status"] in ("new", "gone")]
