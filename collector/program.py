@@ -7,7 +7,14 @@ calls, and a torch.profiler of its own.
   decode loop's token readback included). Global forward pre/post hooks, about 1-2 µs per module call;
   the session removes them once the optimizer or ``stallscope.step()`` marks steps instead. When the
   root module is first called from its own ``generate`` method (HF-style ``model.generate(...)``), each
-  ``generate`` call is a step instead (a wrapper on the instance) and the forward calls inside it are not.
+  ``generate`` call is a step instead (a wrapper on the instance) and the forward calls inside it are not:
+  a step ends when a top-level ``generate`` call returns, so N calls make N steps.
+- ``BackwardSteps``: a training loop without an optimizer (manual SGD: ``p.data -= lr * p.grad``) marks
+  its steps by its backward passes: each ``torch.autograd.backward`` call (``loss.backward()`` goes
+  through it) ends a step when it returns. One Python wrapper call per backward.
+- ``OptimizerWatch``: once the program makes an optimizer (``torch.optim.Optimizer.__init__``, which
+  every torch optimizer and most others call), the optimizer marks the steps: forwards (evaluation,
+  rollouts) and backward passes are no steps.
 - ``OwnProfilerWatch``: torch allows one profiler at a time. When the program starts its own
   (``torch.profiler.profile.start`` / ``with profile(...)``, or the legacy
   ``torch.autograd.profiler.profile``), the session is told first, so it can stop its own profiler and
@@ -28,8 +35,9 @@ OURS = "_stallscope_session_profiler"
 
 class ForwardSteps:
     """Calls ``on_step()`` at the start of every root-module call after the first, or, once the root
-    module is seen called from its own ``generate`` method, at the start of every ``generate`` call after
-    the first (and never for the forward calls inside one)."""
+    module is seen called from its own ``generate`` method, at the end of every top-level ``generate``
+    call (and never for the forward calls inside one). The first ``generate`` call is found from inside
+    it (its first forward) and its end is not seen: its step ends when the second call begins."""
 
     def __init__(self, on_step: Callable[[], None]) -> None:
         self._on_step = on_step
@@ -42,6 +50,7 @@ class ForwardSteps:
         self._generating: Any = None  # the frame of the generate call in progress when it was found
         self._generate_depth = 0  # inside a generate call made through our wrapper
         self._generate_calls = 0
+        self._first_open = False  # the first generate call's step has not ended yet
         self._wrapped: tuple[Any, Any] | None = None  # (module, its own generate or None)
 
     @property
@@ -91,6 +100,7 @@ class ForwardSteps:
             if frame is not None:  # the first generate call: one step, whatever it calls
                 self.generate, self._generating = True, frame
                 self._generate_calls = 1
+                self._first_open = True
                 self._wrap_generate(module)
                 return
         self._calls += 1
@@ -106,20 +116,99 @@ class ForwardSteps:
         @functools.wraps(inner)
         def generate(*args: Any, **kwargs: Any) -> Any:
             steps._generating = None  # a new call: the first one has returned (or this one is nested)
-            if steps._generate_depth == 0:
+            top = steps._generate_depth == 0
+            if top:
                 steps._generate_calls += 1
-                steps._on_step()
+                if steps._first_open:  # the first call's step ends here (its return was not seen)
+                    steps._first_open = False
+                    steps._on_step()
             steps._generate_depth += 1
             try:
                 return inner(*args, **kwargs)
             finally:
                 steps._generate_depth -= 1
+                if top and steps._handles:  # still marking steps: this call's step ends
+                    steps._on_step()
 
         module.generate = generate
         self._wrapped = (module, own)
 
     def _post(self, module: Any, args: Any, output: Any) -> None:
         self._depth = max(0, self._depth - 1)
+
+
+class BackwardSteps:
+    """Calls ``on_backward()`` each time ``torch.autograd.backward`` returns (a wrapper on the module's
+    function, which ``Tensor.backward`` looks up at each call; a reference the program took before the
+    session is not seen)."""
+
+    def __init__(self, on_backward: Callable[[], None]) -> None:
+        self._on_backward = on_backward
+        self._original: Any = None
+        self._ours: Any = None
+        self.seen = 0
+
+    def install(self) -> None:
+        import torch.autograd
+
+        original = torch.autograd.backward
+        watch = self
+
+        @functools.wraps(original)
+        def backward(*args: Any, **kwargs: Any) -> Any:
+            out = original(*args, **kwargs)
+            if watch._ours is not None:
+                watch.seen += 1
+                watch._on_backward()
+            return out
+
+        self._original, self._ours = original, backward
+        torch.autograd.backward = backward
+
+    def remove(self) -> None:
+        ours, self._ours = self._ours, None
+        if ours is None:
+            return
+        import torch.autograd
+
+        if torch.autograd.backward is ours:
+            torch.autograd.backward = self._original
+
+
+class OptimizerWatch:
+    """Calls ``on_made()`` (once) when the program makes an optimizer: a wrapper on
+    ``torch.optim.Optimizer.__init__``, restored by ``remove()``."""
+
+    def __init__(self, on_made: Callable[[], None]) -> None:
+        self._on_made = on_made
+        self._original: Any = None
+        self._ours: Any = None
+        self.made = False
+
+    def install(self) -> None:
+        from torch.optim import Optimizer
+
+        original = Optimizer.__dict__["__init__"]
+        watch = self
+
+        @functools.wraps(original)
+        def __init__(opt: Any, *args: Any, **kwargs: Any) -> None:
+            original(opt, *args, **kwargs)
+            if not watch.made and watch._ours is not None:
+                watch.made = True
+                watch._on_made()
+
+        self._original, self._ours = original, __init__
+        setattr(Optimizer, "__init__", __init__)  # noqa: B010
+
+    def remove(self) -> None:
+        ours, self._ours = self._ours, None
+        if ours is None:
+            return
+        from torch.optim import Optimizer
+
+        if Optimizer.__dict__.get("__init__") is ours:
+            setattr(Optimizer, "__init__", self._original)  # noqa: B010
 
 
 def _generate_frame(module: Any, limit: int = 64) -> FrameType | None:

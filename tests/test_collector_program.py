@@ -83,12 +83,12 @@ def test_inference_steps_come_from_the_models_forward_calls(tmp_path: Path) -> N
     # GIVEN an inference loop with no optimizer and no stallscope.step(), WHEN profiled
     out = _run(tmp_path, INFERENCE, *FAST)
     run = json.loads((out / SIDECAR_NAME).read_text())["run"]
-    # THEN each call of the root module starts a step: 8 calls, 7 boundaries, a steps window
-    assert (run["step_source"], run["steps_seen"], run["window"]) == ("forward", 7, "steps")
+    # THEN each call of the root module starts a step, the last one ends with the run: 8 calls, 8 steps
+    assert (run["step_source"], run["steps_seen"], run["window"]) == ("forward", 8, "steps")
     names = [s.name for s in load(out, use_cache=False).models[0].steps]
     assert names == ["ProfilerStep#2", "ProfilerStep#3"]
     # AND the inner modules (Linear, ReLU) never count as steps of their own
-    assert json.loads((out / SIDECAR_NAME).read_text())["step_timing"]["count"] == 7
+    assert json.loads((out / SIDECAR_NAME).read_text())["step_timing"]["count"] == 8
 
 
 def test_stallscope_step_in_the_program_turns_forward_steps_off(tmp_path: Path) -> None:
@@ -149,8 +149,8 @@ def test_generate_calls_are_the_steps_of_a_generation_loop(
     # GIVEN an HF-style loop: 6 model.generate(...) calls, each calling the model 5 times
     out = _run(tmp_path, GENERATE, *FAST)
     run = json.loads((out / SIDECAR_NAME).read_text())["run"]
-    # THEN each generate call is one step (6 calls, 5 boundaries), not each token's forward
-    assert (run["step_source"], run["steps_seen"], run["window"]) == ("generate", 5, "steps")
+    # THEN each generate call is one step (6 calls, 6 steps), not each token's forward
+    assert (run["step_source"], run["steps_seen"], run["window"]) == ("generate", 6, "steps")
     names = [s.name for s in load(out, use_cache=False).models[0].steps]
     assert names == ["ProfilerStep#2", "ProfilerStep#3"]
     # AND the program's generate still works
@@ -172,7 +172,7 @@ def test_forward_steps_unwrap_generate_when_removed() -> None:
         model(prompt)  # a forward outside generate, once generate marks the steps: no step
     finally:
         steps.remove()
-    assert (steps.generate, len(marked)) == (True, 2)
+    assert (steps.generate, len(marked)) == (True, 3)
     assert "generate" not in vars(model)  # the instance wrapper is gone
 
 

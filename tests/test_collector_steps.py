@@ -1,0 +1,269 @@
+"""What a step is in a real program's loop, and one numbering of the profiled steps: an evaluation before
+and between training iterations, a rollout loop, a manual-SGD loop and a generation loop. Each test reads
+the trace itself: which ops each ``ProfilerStep`` holds, and its number against stderr and the sidecar."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _programs import TINY_LM
+
+torch = pytest.importorskip("torch")
+
+from stallscope.collector import session  # noqa: E402
+from stallscope.collector.bundle import SIDECAR_NAME, bundle_trace  # noqa: E402
+from stallscope.commands import main  # noqa: E402
+
+WINDOW = ["--no-analyze", "--skip", "1", "--warmup", "0", "--steps", "3"]
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_session() -> Any:
+    yield
+    assert session.active() is None
+
+
+def _run(tmp_path: Path, text: str, *args: str) -> tuple[Path, dict[str, Any]]:
+    script = tmp_path / "prog.py"
+    script.write_text(textwrap.dedent(text))
+    out = tmp_path / "o"
+    assert main(["profile", "-o", str(out), *args, str(script)]) == 0
+    return out, json.loads((out / SIDECAR_NAME).read_text())["run"]
+
+
+def _steps(out: Path) -> dict[int, dict[str, int]]:
+    """Each ProfilerStep of the trace (by number): how many events of each name it holds (on its thread)."""
+    path = bundle_trace(out)
+    assert path is not None
+    with gzip.open(path, "rt") as f:
+        events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+    steps = {}
+    for e in events:
+        m = re.fullmatch(r"ProfilerStep#(\d+)", e["name"])
+        if m:
+            steps[int(m.group(1))] = (e["ts"], e["ts"] + e["dur"], e["tid"])
+    held: dict[int, dict[str, int]] = {n: {} for n in steps}
+    for e in events:
+        for n, (start, end, tid) in steps.items():
+            if e["tid"] == tid and start <= e["ts"] < end:
+                held[n][e["name"]] = held[n].get(e["name"], 0) + 1
+    return held
+
+
+def _count(held: dict[str, int], prefix: str) -> int:
+    return sum(c for name, c in held.items() if name.startswith(prefix))
+
+
+def _said(stderr: str) -> list[int]:
+    """The steps stderr says were profiled ("profiled steps A-B" / "profiled step A")."""
+    m = re.search(r"profiled steps? (\d+)(?:-(\d+))?", stderr)
+    assert m is not None, stderr
+    return [int(m.group(1)), int(m.group(2) or m.group(1))]
+
+
+MODEL = """\
+import torch
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+x, y = torch.randn(4, 8), torch.randn(4, 1)
+
+
+def evaluate():
+    model.eval()
+    with torch.no_grad():
+        for _ in range(4):
+            model(x)
+    model.train()
+"""
+
+EVAL_TRAIN = (
+    MODEL
+    + """
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for it in range(9):
+    if it % 3 == 0:
+        evaluate()  # at iteration 0 too, before the first optimizer step (as nanoGPT does)
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+)
+
+
+def test_evaluation_forwards_are_no_steps_once_the_program_has_an_optimizer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a training loop that evaluates (4 no_grad forwards) at iteration 0 and every 3 iterations
+    out, run = _run(tmp_path, EVAL_TRAIN, *WINDOW)
+    stderr = capsys.readouterr().err
+    # THEN the steps are its 9 training iterations
+    assert (run["step_source"], run["steps_seen"], run["window"]) == ("optimizer", 9, "steps")
+    held = _steps(out)
+    # AND the window holds whole iterations, one optimizer step each; the one that evaluates (iteration
+    # 4, it == 3) holds its 4 evaluation forwards too (2 linears each, beside its training forward's 2)
+    assert sorted(held) == [4, 5, 6]
+    assert [_count(held[n], "Optimizer.step#") for n in (4, 5, 6)] == [1, 1, 1]
+    assert [held[n].get("aten::linear", 0) for n in (4, 5, 6)] == [10, 2, 2]
+    # AND stderr, the sidecar and the trace number the steps alike
+    assert _said(stderr) == run["profiled_steps"] == [4, 6]
+
+
+ROLLOUT = """\
+import torch
+
+torch.manual_seed(0)
+policy = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2))
+opt = torch.optim.Adam(policy.parameters(), lr=0.01)
+for episode in range(8):
+    logps = []
+    state = torch.randn(4)
+    for t in range(6):  # one policy forward per move of the episode
+        dist = torch.distributions.Categorical(logits=policy(state))
+        action = dist.sample()
+        logps.append(dist.log_prob(action))
+        state = state + 0.1 * action
+    loss = -torch.stack(logps).sum()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_a_step_of_a_rollout_loop_is_an_episode(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN a REINFORCE-like loop: 6 policy forwards per episode, then one optimizer step
+    out, run = _run(tmp_path, ROLLOUT, *WINDOW)
+    stderr = capsys.readouterr().err
+    # THEN a step is an episode: 8 of them, not 48 policy forwards
+    assert (run["step_source"], run["steps_seen"]) == ("optimizer", 8)
+    held = _steps(out)
+    assert sorted(held) == [4, 5, 6]
+    # AND each profiled step holds one episode: its 6 forwards (2 linears each) and one optimizer step
+    assert [held[n].get("aten::linear", 0) for n in (4, 5, 6)] == [12, 12, 12]
+    assert [_count(held[n], "Optimizer.step#") for n in (4, 5, 6)] == [1, 1, 1]
+    assert _said(stderr) == run["profiled_steps"] == [4, 6]
+
+
+MANUAL_SGD = (
+    MODEL
+    + """
+for it in range(8):
+    if it % 3 == 0:
+        evaluate()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    model.zero_grad()
+    loss.backward()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.data -= 0.01 * p.grad
+"""
+)
+
+
+def test_backward_passes_are_the_steps_of_a_loop_without_an_optimizer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN manual SGD (no optimizer) with evaluation forwards before and between iterations
+    out, run = _run(tmp_path, MANUAL_SGD, *WINDOW)
+    stderr = capsys.readouterr().err
+    # THEN each backward pass ends a step: 8 iterations, 8 steps; the evaluation forwards are none
+    assert (run["step_source"], run["steps_seen"], run["window"]) == ("backward", 8, "steps")
+    held = _steps(out)
+    # (the first boundary is the first backward's end; --skip 1 skips step 2; steps 3-5 are recorded)
+    assert sorted(held) == [3, 4, 5]
+    # AND each step holds one backward (one AddmmBackward0 per linear) and one update (4 parameters);
+    # step 4 (it == 3) holds the evaluation as well
+    assert [_count(held[n], "autograd::engine::evaluate_function: AddmmBackward0") for n in (3, 4, 5)] == [
+        2,
+        2,
+        2,
+    ]
+    assert [held[n].get("aten::sub_", 0) for n in (3, 4, 5)] == [4, 4, 4]
+    assert [held[n].get("aten::linear", 0) for n in (3, 4, 5)] == [2, 10, 2]
+    assert _said(stderr) == run["profiled_steps"] == [3, 5]
+
+
+GENERATE = (
+    TINY_LM
+    + """
+
+model = TinyLM()
+prompt = torch.tensor([[1, 2]])
+for _ in range(6):
+    out = model.generate(prompt, max_new_tokens=5)
+print("GENERATED", out.shape[1])
+"""
+)
+
+
+def test_a_generation_loop_that_ends_inside_the_window_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN 6 model.generate(...) calls (5 tokens each), profiled asking for 8 steps
+    out, run = _run(tmp_path, GENERATE, "--no-analyze", "--skip", "0", "--warmup", "0", "--steps", "8")
+    stderr = capsys.readouterr().err
+    # THEN each generate call is one step: 6 of them
+    assert (run["step_source"], run["steps_seen"]) == ("generate", 6)
+    held = _steps(out)
+    # AND each profiled step holds one whole call (5 forwards); the trace's last ProfilerStep is the
+    # rest of the run after the last call (no forward)
+    assert sorted(held) == [2, 3, 4, 5, 6, 7]
+    assert [held[n].get("aten::linear", 0) for n in range(2, 8)] == [5, 5, 5, 5, 5, 0]
+    # AND the window's shortfall is said on stderr and in the sidecar, with the steps it holds
+    assert run["profiled_steps"] == [2, 6]
+    (note,) = [n for n in run["notes"] if "inside the window" in n]
+    assert "profiled steps 2-6, 5 of the 8 asked" in note
+    assert note in stderr and "#7" in note
+
+
+def test_a_run_too_short_for_the_window_says_it_profiled_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN the same loop with a window that starts after its last call (--skip 5)
+    out, run = _run(tmp_path, GENERATE, "--no-analyze", "--skip", "5", "--warmup", "2")
+    stderr = capsys.readouterr().err
+    # THEN no trace, and the sidecar and stderr say why
+    assert bundle_trace(out) is None and run["profiled_steps"] is None
+    assert "the run made 6 step(s), too few to reach the window" in stderr
+
+
+def test_an_optimizer_older_than_the_session_drops_the_steps_forwards_counted(tmp_path: Path) -> None:
+    from stallscope.collector.options import ProfileOptions
+
+    # GIVEN a model and optimizer made before the session (the session cannot see them made), then
+    # 5 evaluation forwards and 6 training iterations under the session
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(4, 8), torch.randn(4, 1)
+    trace = tmp_path / "o" / "run.pt.trace.json.gz"
+    s = session.Session(ProfileOptions(skip=1, warmup=0, steps=2), trace)
+    s.start()
+    try:
+        with torch.no_grad():
+            for _ in range(5):  # forward steps: enough for a whole window of them
+                model(x)
+        for _ in range(6):
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    finally:
+        capture = s.stop()
+    # THEN the first optimizer step starts the count again: 6 steps; the 5 the forwards marked (the
+    # first training forward's among them) and the one of the first backward pass are dropped, and the
+    # window they had written with them
+    assert (capture.step_source, capture.steps_seen, capture.step_timing["count"]) == ("optimizer", 6, 6)
+    assert (
+        "the steps are optimizer steps: the step(s) counted before the first (5 marked by forward calls "
+        "and 1 marked by backward passes) are not counted"
+    ) in capture.notes
+    held = _steps(trace.parent)
+    assert sorted(held) == [4, 5] and capture.profiled_steps == [4, 5]
+    assert [_count(held[n], "Optimizer.step#") for n in (4, 5)] == [1, 1]
