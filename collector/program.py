@@ -45,6 +45,7 @@ class ForwardSteps:
         self._root: int | None = None
         self._calls = 0
         self._handles: list[Any] = []
+        self._marking = False  # installed and not removed: calls still mark steps
         self._has_generate = False  # the root module has a ``generate`` method: look for it on the stack
         self.generate = False  # steps come from the root module's generate calls
         self._generating: Any = None  # the frame of the generate call in progress when it was found
@@ -63,15 +64,20 @@ class ForwardSteps:
             register_module_forward_pre_hook,
         )
 
+        self._marking = True
         self._handles = [
             register_module_forward_pre_hook(self._pre),
             register_module_forward_hook(self._post, always_call=True),
         ]
 
-    def remove(self) -> None:
+    def _drop_hooks(self) -> None:
         for h in self._handles:
             h.remove()
         self._handles = []
+
+    def remove(self) -> None:
+        self._marking = False
+        self._drop_hooks()
         self._generating = None
         if self._wrapped is not None:
             module, own = self._wrapped
@@ -102,6 +108,9 @@ class ForwardSteps:
                 self._generate_calls = 1
                 self._first_open = True
                 self._wrap_generate(module)
+                # the wrapper marks the steps from now on: module calls need no hooks (torch copies the
+                # hook dicts before calling them, so removing them here is safe)
+                self._drop_hooks()
                 return
         self._calls += 1
         if self._calls >= 2:
@@ -127,7 +136,7 @@ class ForwardSteps:
                 return inner(*args, **kwargs)
             finally:
                 steps._generate_depth -= 1
-                if top and steps._handles:  # still marking steps: this call's step ends
+                if top and steps._marking:  # this call's step ends
                     steps._on_step()
 
         module.generate = generate

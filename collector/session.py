@@ -388,6 +388,9 @@ class Session:
             try:
                 short = self._short_window()
                 self._stop_profiler()
+                unreached = self._unreached_note()
+                if unreached is not None:  # the notes only: the CLI's closing lines say it on stderr
+                    self.notes.append(unreached)
                 for note in (self._dropped_note(), short):
                     if note is not None:
                         self.notes.append(note)
@@ -578,6 +581,17 @@ class Session:
             f"the run ended after step {last}, inside the window: profiled {which}, {whole} of the {asked} "
             f"asked (--skip {o.skip} and --warmup {o.warmup} come after the first step){tail}; lower "
             "--skip/--warmup or run more steps for more"
+        )
+
+    def _unreached_note(self) -> str | None:
+        """Steps came, but the run ended before the window recorded any (after ``stop``)."""
+        o = self.options
+        if not self._scheduled or self._exported or self._aside or o.duration is not None:
+            return None
+        first = "the first two steps" if self._step_source() == "optimizer" else "the first step"
+        return (
+            f"the run made {self._steps} step(s), too few to reach the window ({first}, then --skip "
+            f"{o.skip} and --warmup {o.warmup}): nothing was profiled; lower --skip/--warmup or run more steps"
         )
 
     def _drop_fallback(self) -> None:

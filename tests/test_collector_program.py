@@ -163,15 +163,21 @@ def test_forward_steps_unwrap_generate_when_removed() -> None:
     namespace: dict[str, Any] = {}
     exec(GENERATE.split("model = TinyLM()")[0], namespace)
     model, prompt = namespace["TinyLM"](), torch.tensor([[1, 2]])
+    from torch.nn.modules import module as nn_module
+
     marked: list[int] = []
+    hooks = len(nn_module._global_forward_pre_hooks), len(nn_module._global_forward_hooks)
     steps = ForwardSteps(lambda: marked.append(1))
     steps.install()
     try:
         for _ in range(3):
             model.generate(prompt, max_new_tokens=4)
         model(prompt)  # a forward outside generate, once generate marks the steps: no step
+        # once generate calls mark the steps, no module hook is left to cost every module call
+        assert (len(nn_module._global_forward_pre_hooks), len(nn_module._global_forward_hooks)) == hooks
     finally:
         steps.remove()
+    # each of the 3 calls is a step (the first one's ends when the second begins)
     assert (steps.generate, len(marked)) == (True, 3)
     assert "generate" not in vars(model)  # the instance wrapper is gone
 

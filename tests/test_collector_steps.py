@@ -232,6 +232,10 @@ def test_a_run_too_short_for_the_window_says_it_profiled_nothing(
     # THEN no trace, and the sidecar and stderr say why
     assert bundle_trace(out) is None and run["profiled_steps"] is None
     assert "the run made 6 step(s), too few to reach the window" in stderr
+    assert [n for n in run["notes"] if "too few to reach the window" in n] == [
+        "the run made 6 step(s), too few to reach the window (the first step, then --skip 5 and --warmup 2): "
+        "nothing was profiled; lower --skip/--warmup or run more steps"
+    ]
 
 
 def test_an_optimizer_older_than_the_session_drops_the_steps_forwards_counted(tmp_path: Path) -> None:
