@@ -269,7 +269,7 @@ class Session:
         self._forward.remove()
         self._backward.remove()
         if self._optimizer_id is None and not self._explicit and self._steps and self._implicit_source():
-            self._restart_steps()
+            self._restart_steps("optimizer steps")
         self._forward_source = self._backward_source = False
 
     def _implicit_source(self) -> bool:
@@ -281,8 +281,8 @@ class Session:
         if self._explicit or self._optimizer_id is not None or self._made.made or self._stopped:
             self._forward.remove()
             return
-        if self._backward_source:
-            return
+        if self._backward_source or threading.get_ident() != self._thread:
+            return  # a module called on another thread is no step of the loop
         self._forward_source = True
         self._step()
 
@@ -292,17 +292,22 @@ class Session:
         if self._explicit or self._optimizer_id is not None or self._made.made or self._stopped:
             self._backward.remove()
             return
+        if threading.get_ident() != self._thread:
+            return  # a backward pass on another thread is no step of the loop
         if not self._backward_source:
             self._forward.remove()
             if self._steps and self._forward_source:
-                self._restart_steps()
+                self._restart_steps("backward passes")
             self._forward_source, self._backward_source = False, True
         self._step()
 
-    def _restart_steps(self) -> None:
-        """Another source marks the steps from now on: forget the steps counted so far, and what their
-        window recorded or wrote; the next step is the run's first again."""
+    def _restart_steps(self, source: str) -> None:
+        """Another source (``source``, as said on stderr) marks the steps from now on: forget the steps
+        counted so far, and what their window recorded or wrote; the next step is the run's first again."""
         had = self._steps
+        what = "backward passes" if self._backward_source else "forward calls"
+        if self._forward.generate:
+            what = "generate calls"
         self._exit_recorder(keep=False)
         prof, self._prof = self._prof, None
         if prof is not None:
@@ -311,9 +316,14 @@ class Session:
                 prof.on_trace_ready = None
                 prof.stop()
             release(prof)
-        if self._exported:  # a window of the old steps was written: it is not the trace
+        if self._exported:  # a window of the old steps was written (and said): it is not the trace
             with contextlib.suppress(OSError):
                 self.trace_path.unlink()
+            if self._window_last:
+                self._progress(
+                    f"the window written (steps {self._window_first}-{self._window_last}, marked by {what}) "
+                    f"is dropped: {source} mark the steps from now on"
+                )
         self._steps = self._probed_steps = self._step_events = self._first_step_events = 0
         self._scheduled = self._probing = self._awaiting_start = self._pending = False
         self._exported = self._window_done = False
@@ -322,7 +332,6 @@ class Session:
         self._tracked_steps = frozenset()
         if self._timer is not None and hasattr(self._timer, "restart"):
             self._timer.restart()
-        what = "forward calls" if self._forward_source else "backward passes"
         self._dropped[what] = self._dropped.get(what, 0) + had
         self._retrack()
 

@@ -271,3 +271,35 @@ def test_an_optimizer_older_than_the_session_drops_the_steps_forwards_counted(tm
     held = _steps(trace.parent)
     assert sorted(held) == [4, 5] and capture.profiled_steps == [4, 5]
     assert [_count(held[n], "Optimizer.step#") for n in (4, 5)] == [1, 1]
+
+
+WARM_THEN_SGD = (
+    MODEL
+    + """
+with torch.no_grad():
+    for _ in range(6):  # inference first: its forward calls look like the steps of a loop
+        model(x)
+for it in range(6):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    model.zero_grad()
+    loss.backward()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.data -= 0.01 * p.grad
+"""
+)
+
+
+def test_backward_passes_take_over_from_forward_calls_and_their_window_is_dropped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN 6 inference forwards (enough for a window of forward steps), then 6 manual-SGD iterations
+    out, run = _run(tmp_path, WARM_THEN_SGD, "--no-analyze", "--skip", "0", "--warmup", "0", "--steps", "2")
+    stderr = capsys.readouterr().err
+    # THEN the steps are the backward passes: the window of forward steps was written, said, and dropped
+    assert (run["step_source"], run["steps_seen"]) == ("backward", 6)
+    assert "the window written (steps 2-3, marked by forward calls) is dropped" in stderr
+    assert stderr.count("profiled steps 2-3 of the run") == 2
+    held = _steps(out)
+    assert sorted(held) == [2, 3] and run["profiled_steps"] == [2, 3]
+    assert [_count(held[n], "autograd::engine::evaluate_function: AddmmBackward0") for n in (2, 3)] == [2, 2]
