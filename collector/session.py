@@ -588,18 +588,22 @@ class Session:
         which = f"steps {first}-{last}" if whole > 1 else f"step {first}"
         return (
             f"the run ended after step {last}, inside the window: profiled {which}, {whole} of the {asked} "
-            f"asked (--skip {o.skip} and --warmup {o.warmup} come after the first step){tail}; lower "
+            f"asked (--skip {o.skip} and --warmup {o.warmup} come after {self._unprofiled()}){tail}; lower "
             "--skip/--warmup or run more steps for more"
         )
+
+    def _unprofiled(self) -> str:
+        """The steps never profiled before --skip: the profiler changes state only once an optimizer step
+        has returned, at the end of the second."""
+        return "the first two steps" if self._step_source() == "optimizer" else "the first step"
 
     def _unreached_note(self) -> str | None:
         """Steps came, but the run ended before the window recorded any (after ``stop``)."""
         o = self.options
         if not self._scheduled or self._exported or self._aside or o.duration is not None:
             return None
-        first = "the first two steps" if self._step_source() == "optimizer" else "the first step"
         return (
-            f"the run made {self._steps} step(s), too few to reach the window ({first}, then --skip "
+            f"the run made {self._steps} step(s), too few to reach the window ({self._unprofiled()}, then --skip "
             f"{o.skip} and --warmup {o.warmup}): nothing was profiled; lower --skip/--warmup or run more steps"
         )
 
