@@ -159,6 +159,7 @@ class Session:
         self._window_first = 0  # the first recorded step of the scheduled window (the run's numbering)
         self._window_last = 0  # its last recorded step, once the window is written
         self._dropped: dict[str, int] = {}  # steps a source counted before another took over, by source
+        self._tail_step = 0  # the run ended inside the window: the ProfilerStep open then, renamed
         self._watch = OwnProfilerWatch(self._step_aside)
         self._aside = False  # the program started its own profiler: ours stopped for good
         self._first_step_events = 0  # events recorded up to the first step (the budget's measure)
@@ -397,6 +398,8 @@ class Session:
             try:
                 short = self._short_window()
                 self._stop_profiler()
+                if short is not None and self._exported and self._tail_step:
+                    _rename_step(self.trace_path, self._tail_step, f"after step {self._tail_step - 1}")
                 unreached = self._unreached_note()
                 if unreached is not None:  # the notes only: the CLI's closing lines say it on stderr
                     self.notes.append(unreached)
@@ -576,9 +579,10 @@ class Session:
         if prof.current_action.name not in _RECORDING:
             return None  # nothing recorded: the CLI says the run was too short to reach the window
         first, last, asked = self._window_first, self._steps, self._active_steps
-        tail = f"; the trace's last ProfilerStep, #{last + 1}, is the rest of the run after step {last}"
+        tail = f"; the rest of the run after step {last} is the trace's 'after step {last}', not a step"
+        self._tail_step = last + 1  # the profiler's open step: the end of the run, no step of the loop
         if self._forward_source and not self._forward.generate:
-            tail = ""  # the last root-module call's step ended with the run: it is whole
+            tail, self._tail_step = "", 0  # the last root-module call's step ended with the run: it is whole
         whole = max(0, last - first + 1)
         if whole == 0:
             return (
@@ -848,3 +852,30 @@ class Session:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, self._old_alarm)
             self._old_alarm = None
+
+
+def _rename_step(trace: Path, step: int, name: str, chunk: int = 1 << 20) -> None:
+    """Rename ``ProfilerStep#step`` in the gzip trace at ``trace`` (the end of a run that ended inside
+    the window: no step of the loop, so the analysis does not count it). Streams; on failure the trace
+    stays as it was."""
+    import gzip
+    import json
+    import os
+
+    old, new = json.dumps(f"ProfilerStep#{step}").encode(), json.dumps(name).encode()
+    keep = len(old) - 1
+    tmp = trace.with_name(f".{trace.name}.rename")
+    try:
+        with gzip.open(trace, "rb") as src, gzip.open(tmp, "wb", compresslevel=6) as dst:
+            carry = b""
+            while data := src.read(chunk):
+                buf = (carry + data).replace(old, new)
+                dst.write(buf[:-keep])
+                carry = buf[-keep:]
+            dst.write(carry)
+        os.replace(tmp, trace)
+    except OSError:
+        pass
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()

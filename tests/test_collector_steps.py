@@ -16,6 +16,7 @@ from _programs import TINY_LM
 
 torch = pytest.importorskip("torch")
 
+from stallscope.analyzer.load.loader import load  # noqa: E402
 from stallscope.collector import session  # noqa: E402
 from stallscope.collector.bundle import SIDECAR_NAME, bundle_trace  # noqa: E402
 from stallscope.commands import main  # noqa: E402
@@ -37,8 +38,9 @@ def _run(tmp_path: Path, text: str, *args: str) -> tuple[Path, dict[str, Any]]:
     return out, json.loads((out / SIDECAR_NAME).read_text())["run"]
 
 
-def _steps(out: Path) -> dict[int, dict[str, int]]:
-    """Each ProfilerStep of the trace (by number): how many events of each name it holds (on its thread)."""
+def _steps(out: Path, tail: str | None = None) -> dict[int, dict[str, int]]:
+    """Each ProfilerStep of the trace (by number; the span named ``tail`` as step 0): how many events of
+    each name it holds (on its thread)."""
     path = bundle_trace(out)
     assert path is not None
     with gzip.open(path, "rt") as f:
@@ -46,8 +48,8 @@ def _steps(out: Path) -> dict[int, dict[str, int]]:
     steps = {}
     for e in events:
         m = re.fullmatch(r"ProfilerStep#(\d+)", e["name"])
-        if m:
-            steps[int(m.group(1))] = (e["ts"], e["ts"] + e["dur"], e["tid"])
+        if m or e["name"] == tail:
+            steps[int(m.group(1)) if m else 0] = (e["ts"], e["ts"] + e["dur"], e["tid"])
     held: dict[int, dict[str, int]] = {n: {} for n in steps}
     for e in events:
         for n, (start, end, tid) in steps.items():
@@ -211,16 +213,19 @@ def test_a_generation_loop_that_ends_inside_the_window_says_so(
     stderr = capsys.readouterr().err
     # THEN each generate call is one step: 6 of them
     assert (run["step_source"], run["steps_seen"]) == ("generate", 6)
-    held = _steps(out)
-    # AND each profiled step holds one whole call (5 forwards); the trace's last ProfilerStep is the
-    # rest of the run after the last call (no forward)
-    assert sorted(held) == [2, 3, 4, 5, 6, 7]
-    assert [held[n].get("aten::linear", 0) for n in range(2, 8)] == [5, 5, 5, 5, 5, 0]
+    held = _steps(out, tail="after step 6")
+    # AND each profiled step holds one whole call (5 forwards); the rest of the run after the last call
+    # (no forward) is no ProfilerStep, but a span of its own
+    assert sorted(held) == [0, 2, 3, 4, 5, 6]
+    assert [held[n].get("aten::linear", 0) for n in (2, 3, 4, 5, 6, 0)] == [5, 5, 5, 5, 5, 0]
     # AND the window's shortfall is said on stderr and in the sidecar, with the steps it holds
     assert run["profiled_steps"] == [2, 6]
     (note,) = [n for n in run["notes"] if "inside the window" in n]
     assert "profiled steps 2-6, 5 of the 8 asked" in note
-    assert note in stderr and "#7" in note
+    assert note in stderr and "'after step 6', not a step" in note
+    # AND the analysis counts the 5 steps
+    steps = load(out, use_cache=False).models[0].steps
+    assert [s.name for s in steps] == [f"ProfilerStep#{n}" for n in range(2, 7)]
 
 
 def test_a_run_too_short_for_the_window_says_it_profiled_nothing(
@@ -303,3 +308,16 @@ def test_backward_passes_take_over_from_forward_calls_and_their_window_is_droppe
     held = _steps(out)
     assert sorted(held) == [2, 3] and run["profiled_steps"] == [2, 3]
     assert [_count(held[n], "autograd::engine::evaluate_function: AddmmBackward0") for n in (2, 3)] == [2, 2]
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 16, 1 << 20])
+def test_the_end_of_the_run_is_renamed_whatever_the_read_size(tmp_path: Path, chunk: int) -> None:
+    names = ["ProfilerStep#1", "ProfilerStep#11", "ProfilerStep#110", "ProfilerStep#11", "x"]
+    trace = tmp_path / "t.pt.trace.json.gz"
+    with gzip.open(trace, "wt") as f:
+        json.dump({"traceEvents": [{"name": n} for n in names]}, f)
+    session._rename_step(trace, 11, "after step 10", chunk=chunk)
+    with gzip.open(trace, "rt") as f:
+        got = [e["name"] for e in json.load(f)["traceEvents"]]
+    assert got == ["ProfilerStep#1", "after step 10", "ProfilerStep#110", "after step 10", "x"]
+    assert [p.name for p in tmp_path.iterdir()] == [trace.name]
