@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import threading
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
@@ -147,14 +148,16 @@ class ForwardSteps:
 
 
 class BackwardSteps:
-    """Calls ``on_backward()`` each time ``torch.autograd.backward`` returns (a wrapper on the module's
-    function, which ``Tensor.backward`` looks up at each call; a reference the program took before the
-    session is not seen)."""
+    """Calls ``on_backward()`` each time a top-level ``torch.autograd.backward`` returns (a wrapper on the
+    module's function, which ``Tensor.backward`` looks up at each call; a reference the program took before
+    the session is not seen). A backward called inside another on the same thread (reentrant activation
+    checkpointing recomputes and backpropagates a segment inside the outer backward) is part of it."""
 
     def __init__(self, on_backward: Callable[[], None]) -> None:
         self._on_backward = on_backward
         self._original: Any = None
         self._ours: Any = None
+        self._local = threading.local()  # .depth: backward calls in progress on this thread
         self.seen = 0
 
     def install(self) -> None:
@@ -163,10 +166,17 @@ class BackwardSteps:
         original = torch.autograd.backward
         watch = self
 
+        local = self._local
+
         @functools.wraps(original)
         def backward(*args: Any, **kwargs: Any) -> Any:
-            out = original(*args, **kwargs)
-            if watch._ours is not None:
+            depth = getattr(local, "depth", 0)
+            local.depth = depth + 1
+            try:
+                out = original(*args, **kwargs)
+            finally:
+                local.depth = depth
+            if depth == 0 and watch._ours is not None:
                 watch.seen += 1
                 watch._on_backward()
             return out

@@ -321,3 +321,33 @@ def test_the_end_of_the_run_is_renamed_whatever_the_read_size(tmp_path: Path, ch
         got = [e["name"] for e in json.load(f)["traceEvents"]]
     assert got == ["ProfilerStep#1", "after step 10", "ProfilerStep#110", "after step 10", "x"]
     assert [p.name for p in tmp_path.iterdir()] == [trace.name]
+
+
+CHECKPOINTED_SGD = """\
+import torch
+from torch.utils.checkpoint import checkpoint
+
+torch.manual_seed(0)
+block = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh())
+head = torch.nn.Linear(8, 1)
+x, y = torch.randn(4, 8), torch.randn(4, 1)
+for it in range(5):
+    # reentrant checkpointing: the block's backward runs torch.autograd.backward inside the outer one
+    out = head(checkpoint(block, x.requires_grad_(), use_reentrant=True))
+    loss = torch.nn.functional.mse_loss(out, y)
+    loss.backward()
+    with torch.no_grad():
+        for p in [*block.parameters(), *head.parameters()]:
+            p -= 0.01 * p.grad
+            p.grad = None
+"""
+
+
+def test_a_backward_inside_a_backward_is_no_step_of_its_own(tmp_path: Path) -> None:
+    # GIVEN manual SGD through a reentrant checkpoint (a backward call inside each loss.backward())
+    out, run = _run(
+        tmp_path, CHECKPOINTED_SGD, "--no-analyze", "--skip", "0", "--warmup", "0", "--steps", "2"
+    )
+    # THEN one step per iteration: 5, not 10
+    assert (run["step_source"], run["steps_seen"]) == ("backward", 5)
+    assert sorted(_steps(out)) == [2, 3]
