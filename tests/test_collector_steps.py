@@ -351,3 +351,18 @@ def test_a_backward_inside_a_backward_is_no_step_of_its_own(tmp_path: Path) -> N
     # THEN one step per iteration: 5, not 10
     assert (run["step_source"], run["steps_seen"]) == ("backward", 5)
     assert sorted(_steps(out)) == [2, 3]
+
+
+def test_backward_passes_take_over_while_the_forward_window_records(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN the same program with a window longer than its forward steps: it is recording at the first
+    # backward pass
+    out, run = _run(tmp_path, WARM_THEN_SGD, "--no-analyze", "--skip", "0", "--warmup", "0", "--steps", "8")
+    stderr = capsys.readouterr().err
+    # THEN that recording is dropped unsaid (nothing was written), and the backward steps' window is the
+    # trace: steps 2-6, 5 of the 8 asked, the run ending inside it
+    assert (run["step_source"], run["steps_seen"]) == ("backward", 6)
+    assert "is dropped" not in stderr
+    assert run["profiled_steps"] == [2, 6] and sorted(_steps(out)) == [2, 3, 4, 5, 6]
+    assert any("profiled steps 2-6, 5 of the 8 asked" in n for n in run["notes"])
