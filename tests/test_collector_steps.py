@@ -366,3 +366,13 @@ def test_backward_passes_take_over_while_the_forward_window_records(
     assert "is dropped" not in stderr
     assert run["profiled_steps"] == [2, 6] and sorted(_steps(out)) == [2, 3, 4, 5, 6]
     assert any("profiled steps 2-6, 5 of the 8 asked" in n for n in run["notes"])
+
+
+def test_duration_windows_number_their_steps_as_the_run(tmp_path: Path) -> None:
+    # GIVEN a 6-iteration training loop profiled for its first 60 s (all of it)
+    out, run = _run(tmp_path, EVAL_TRAIN.replace("range(9)", "range(6)"), "--no-analyze", "--duration", "60")
+    held = _steps(out)
+    # THEN ProfilerStep#N holds the run's N-th optimizer step: the first step's transition waits for the
+    # second (#1 holds both), then #3-#6 one each, and #7 the end of the run
+    assert run["window"] == "duration" and sorted(held) == [1, 3, 4, 5, 6, 7]
+    assert [_count(held[n], "Optimizer.step#") for n in (1, 3, 4, 5, 6, 7)] == [2, 1, 1, 1, 1, 0]
