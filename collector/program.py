@@ -8,7 +8,8 @@ calls, and a torch.profiler of its own.
   the session removes them once the optimizer or ``stallscope.step()`` marks steps instead. When the
   root module is first called from its own ``generate`` method (HF-style ``model.generate(...)``), each
   ``generate`` call is a step instead (a wrapper on the instance) and the forward calls inside it are not:
-  a step ends when a top-level ``generate`` call returns, so N calls make N steps.
+  a step starts with a top-level ``generate`` call and holds what the loop does with its output (a
+  token read back). The session ends the last step with the run, so N calls make N steps.
 - ``BackwardSteps``: a training loop without an optimizer (manual SGD: ``p.data -= lr * p.grad``) marks
   its steps by its backward passes: each ``torch.autograd.backward`` call (``loss.backward()`` goes
   through it) ends a step when it returns. One Python wrapper call per backward.
@@ -36,9 +37,8 @@ OURS = "_stallscope_session_profiler"
 
 class ForwardSteps:
     """Calls ``on_step()`` at the start of every root-module call after the first, or, once the root
-    module is seen called from its own ``generate`` method, at the end of every top-level ``generate``
-    call (and never for the forward calls inside one). The first ``generate`` call is found from inside
-    it (its first forward) and its end is not seen: its step ends when the second call begins."""
+    module is seen called from its own ``generate`` method, at the start of every top-level ``generate``
+    call after the first (and never for the forward calls inside one)."""
 
     def __init__(self, on_step: Callable[[], None]) -> None:
         self._on_step = on_step
@@ -52,12 +52,12 @@ class ForwardSteps:
         self._generating: Any = None  # the frame of the generate call in progress when it was found
         self._generate_depth = 0  # inside a generate call made through our wrapper
         self._generate_calls = 0
-        self._first_open = False  # the first generate call's step has not ended yet
         self._wrapped: tuple[Any, Any] | None = None  # (module, its own generate or None)
 
     @property
     def calls(self) -> int:
-        return self._calls
+        """Root-module calls, or generate calls once they mark the steps."""
+        return self._generate_calls if self.generate else self._calls
 
     def install(self) -> None:
         from torch.nn.modules.module import (
@@ -107,7 +107,6 @@ class ForwardSteps:
             if frame is not None:  # the first generate call: one step, whatever it calls
                 self.generate, self._generating = True, frame
                 self._generate_calls = 1
-                self._first_open = True
                 self._wrap_generate(module)
                 # the wrapper marks the steps from now on: module calls need no hooks (torch copies the
                 # hook dicts before calling them, so removing them here is safe)
@@ -126,19 +125,14 @@ class ForwardSteps:
         @functools.wraps(inner)
         def generate(*args: Any, **kwargs: Any) -> Any:
             steps._generating = None  # a new call: the first one has returned (or this one is nested)
-            top = steps._generate_depth == 0
-            if top:
+            if steps._generate_depth == 0 and steps._marking:
                 steps._generate_calls += 1
-                if steps._first_open:  # the first call's step ends here (its return was not seen)
-                    steps._first_open = False
-                    steps._on_step()
+                steps._on_step()
             steps._generate_depth += 1
             try:
                 return inner(*args, **kwargs)
             finally:
                 steps._generate_depth -= 1
-                if top and steps._marking:  # this call's step ends
-                    steps._on_step()
 
         module.generate = generate
         self._wrapped = (module, own)

@@ -385,8 +385,8 @@ class Session:
             if self._origin is not None:
                 self._origin.remove()
             self._loaders.remove()
-            if self._forward_source and not self._forward.generate and self._forward.calls:
-                self._count_step()  # the last root-module call's step ends with the run
+            if self._forward_source and self._forward.calls:
+                self._count_step()  # the last root-module (or generate) call's step ends with the run
             self._forward.remove()
             self._backward.remove()
             self._made.remove()
@@ -581,8 +581,8 @@ class Session:
         first, last, asked = self._window_first, self._steps, self._active_steps
         tail = f"; the rest of the run after step {last} is the trace's 'after step {last}', not a step"
         self._tail_step = last + 1  # the profiler's open step: the end of the run, no step of the loop
-        if self._forward_source and not self._forward.generate:
-            tail, self._tail_step = "", 0  # the last root-module call's step ended with the run: it is whole
+        if self._forward_source:
+            tail, self._tail_step = "", 0  # the last call's step ended with the run: it is whole
         whole = max(0, last - first + 1)
         if whole == 0:
             return (
