@@ -277,7 +277,7 @@ class Session:
         return self._forward_source or self._backward_source
 
     def _on_forward_step(self) -> None:
-        """A root-module call began after an earlier one ended (or a ``generate`` call ended): a step of an
+        """A root-module (or ``generate``) call began after an earlier one ended: a step of an
         inference loop, unless the optimizer, backward passes or ``stallscope.step()`` mark the steps."""
         if self._explicit or self._optimizer_id is not None or self._made.made or self._stopped:
             self._forward.remove()
