@@ -47,7 +47,9 @@ class Capture:
     sync_sites: list[dict[str, Any]] = field(default_factory=list)
     step_timing: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-    # "optimizer" | "explicit" | "forward" (root-module calls) | "generate" (its generate calls) | None
+    # "optimizer" | "explicit" | "backward" (backward passes, no optimizer) | "forward" (root-module
+    # calls) | "generate" (its generate calls) | None
     step_source: str | None = None
     stepped_aside: bool = False  # the program ran its own torch.profiler: nothing was profiled
     dataloaders: list[dict[str, Any]] = field(default_factory=list)  # each DataLoader's arguments
+    profiled_steps: list[int] | None = None  # [first, last] whole steps of the window, the run's numbering

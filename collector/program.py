@@ -7,7 +7,15 @@ calls, and a torch.profiler of its own.
   decode loop's token readback included). Global forward pre/post hooks, about 1-2 µs per module call;
   the session removes them once the optimizer or ``stallscope.step()`` marks steps instead. When the
   root module is first called from its own ``generate`` method (HF-style ``model.generate(...)``), each
-  ``generate`` call is a step instead (a wrapper on the instance) and the forward calls inside it are not.
+  ``generate`` call is a step instead (a wrapper on the instance) and the forward calls inside it are not:
+  a step starts with a top-level ``generate`` call and holds what the loop does with its output (a
+  token read back). The session ends the last step with the run, so N calls make N steps.
+- ``BackwardSteps``: a training loop without an optimizer (manual SGD: ``p.data -= lr * p.grad``) marks
+  its steps by its backward passes: each ``torch.autograd.backward`` call (``loss.backward()`` goes
+  through it) ends a step when it returns. One Python wrapper call per backward.
+- ``OptimizerWatch``: once the program makes an optimizer (``torch.optim.Optimizer.__init__``, which
+  every torch optimizer and most others call), the optimizer marks the steps: forwards (evaluation,
+  rollouts) and backward passes are no steps.
 - ``OwnProfilerWatch``: torch allows one profiler at a time. When the program starts its own
   (``torch.profiler.profile.start`` / ``with profile(...)``, or the legacy
   ``torch.autograd.profiler.profile``), the session is told first, so it can stop its own profiler and
@@ -19,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import threading
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
@@ -28,8 +37,8 @@ OURS = "_stallscope_session_profiler"
 
 class ForwardSteps:
     """Calls ``on_step()`` at the start of every root-module call after the first, or, once the root
-    module is seen called from its own ``generate`` method, at the start of every ``generate`` call after
-    the first (and never for the forward calls inside one)."""
+    module is seen called from its own ``generate`` method, at the start of every top-level ``generate``
+    call after the first (and never for the forward calls inside one)."""
 
     def __init__(self, on_step: Callable[[], None]) -> None:
         self._on_step = on_step
@@ -37,6 +46,7 @@ class ForwardSteps:
         self._root: int | None = None
         self._calls = 0
         self._handles: list[Any] = []
+        self._marking = False  # installed and not removed: calls still mark steps
         self._has_generate = False  # the root module has a ``generate`` method: look for it on the stack
         self.generate = False  # steps come from the root module's generate calls
         self._generating: Any = None  # the frame of the generate call in progress when it was found
@@ -46,7 +56,8 @@ class ForwardSteps:
 
     @property
     def calls(self) -> int:
-        return self._calls
+        """Root-module calls, or generate calls once they mark the steps."""
+        return self._generate_calls if self.generate else self._calls
 
     def install(self) -> None:
         from torch.nn.modules.module import (
@@ -54,15 +65,20 @@ class ForwardSteps:
             register_module_forward_pre_hook,
         )
 
+        self._marking = True
         self._handles = [
             register_module_forward_pre_hook(self._pre),
             register_module_forward_hook(self._post, always_call=True),
         ]
 
-    def remove(self) -> None:
+    def _drop_hooks(self) -> None:
         for h in self._handles:
             h.remove()
         self._handles = []
+
+    def remove(self) -> None:
+        self._marking = False
+        self._drop_hooks()
         self._generating = None
         if self._wrapped is not None:
             module, own = self._wrapped
@@ -92,6 +108,9 @@ class ForwardSteps:
                 self.generate, self._generating = True, frame
                 self._generate_calls = 1
                 self._wrap_generate(module)
+                # the wrapper marks the steps from now on: module calls need no hooks (torch copies the
+                # hook dicts before calling them, so removing them here is safe)
+                self._drop_hooks()
                 return
         self._calls += 1
         if self._calls >= 2:
@@ -106,7 +125,7 @@ class ForwardSteps:
         @functools.wraps(inner)
         def generate(*args: Any, **kwargs: Any) -> Any:
             steps._generating = None  # a new call: the first one has returned (or this one is nested)
-            if steps._generate_depth == 0:
+            if steps._generate_depth == 0 and steps._marking:
                 steps._generate_calls += 1
                 steps._on_step()
             steps._generate_depth += 1
@@ -120,6 +139,89 @@ class ForwardSteps:
 
     def _post(self, module: Any, args: Any, output: Any) -> None:
         self._depth = max(0, self._depth - 1)
+
+
+class BackwardSteps:
+    """Calls ``on_backward()`` each time a top-level ``torch.autograd.backward`` returns (a wrapper on the
+    module's function, which ``Tensor.backward`` looks up at each call; a reference the program took before
+    the session is not seen). A backward called inside another on the same thread (reentrant activation
+    checkpointing recomputes and backpropagates a segment inside the outer backward) is part of it."""
+
+    def __init__(self, on_backward: Callable[[], None]) -> None:
+        self._on_backward = on_backward
+        self._original: Any = None
+        self._ours: Any = None
+        self._local = threading.local()  # .depth: backward calls in progress on this thread
+        self.seen = 0
+
+    def install(self) -> None:
+        import torch.autograd
+
+        original = torch.autograd.backward
+        watch = self
+
+        local = self._local
+
+        @functools.wraps(original)
+        def backward(*args: Any, **kwargs: Any) -> Any:
+            depth = getattr(local, "depth", 0)
+            local.depth = depth + 1
+            try:
+                out = original(*args, **kwargs)
+            finally:
+                local.depth = depth
+            if depth == 0 and watch._ours is not None:
+                watch.seen += 1
+                watch._on_backward()
+            return out
+
+        self._original, self._ours = original, backward
+        torch.autograd.backward = backward
+
+    def remove(self) -> None:
+        ours, self._ours = self._ours, None
+        if ours is None:
+            return
+        import torch.autograd
+
+        if torch.autograd.backward is ours:
+            torch.autograd.backward = self._original
+
+
+class OptimizerWatch:
+    """Calls ``on_made()`` (once) when the program makes an optimizer: a wrapper on
+    ``torch.optim.Optimizer.__init__``, restored by ``remove()``."""
+
+    def __init__(self, on_made: Callable[[], None]) -> None:
+        self._on_made = on_made
+        self._original: Any = None
+        self._ours: Any = None
+        self.made = False
+
+    def install(self) -> None:
+        from torch.optim import Optimizer
+
+        original = Optimizer.__dict__["__init__"]
+        watch = self
+
+        @functools.wraps(original)
+        def __init__(opt: Any, *args: Any, **kwargs: Any) -> None:
+            original(opt, *args, **kwargs)
+            if not watch.made and watch._ours is not None:
+                watch.made = True
+                watch._on_made()
+
+        self._original, self._ours = original, __init__
+        setattr(Optimizer, "__init__", __init__)  # noqa: B010
+
+    def remove(self) -> None:
+        ours, self._ours = self._ours, None
+        if ours is None:
+            return
+        from torch.optim import Optimizer
+
+        if Optimizer.__dict__.get("__init__") is ours:
+            setattr(Optimizer, "__init__", self._original)  # noqa: B010
 
 
 def _generate_frame(module: Any, limit: int = 64) -> FrameType | None:

@@ -70,6 +70,7 @@ class Recorder:
                 options=asdict(self.session.options),
                 notes=capture.notes,
                 step_source=capture.step_source,
+                profiled_steps=capture.profiled_steps,
                 dataloaders=capture.dataloaders,
             )
             doc = sidecar(meta, capture.sync_sites, capture.step_timing)

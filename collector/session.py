@@ -21,11 +21,17 @@ How the window is chosen (``ProfileOptions``):
   scheduler). The first step is already running then: its transition happens at the end of the second.
   If the wrapper is bypassed (a program that kept the old ``opt.step``), transitions run in the hook,
   and the fallback's stop and the scheduled profiler's start fall on two different steps.
-- **who marks steps**: the optimizer (its first ``step`` call takes over for good), ``stallscope.step()``
-  (wins over the others), or in a loop with neither, the root module's forward calls, or its
-  ``generate`` calls when it generates (``stallscope.collector.program.ForwardSteps``). Steps are numbered as the
-  run counts them: the scheduled profiler's
-  ``ProfilerStep#N`` is the run's N-th step.
+- **who marks steps**: ``stallscope.step()`` (wins over the others), else the optimizer: once the program
+  makes one (``stallscope.collector.program.OptimizerWatch``), forwards and backward passes are no steps
+  (evaluation and rollouts belong to the training iteration they run in). Without an optimizer, backward
+  passes (a manual-SGD loop: ``stallscope.collector.program.BackwardSteps``), else the root module's
+  forward calls, or its ``generate`` calls when it generates (``stallscope.collector.program.ForwardSteps``).
+  A source that comes later in the run wins over one that counted steps before it (an optimizer made
+  before the session, a first backward after inference-like forwards): the steps counted so far, and any
+  window they opened, are dropped, and counting starts again (``_restart_steps``).
+- **one numbering**: steps are numbered as the run counts them: the trace's ``ProfilerStep#N`` is the
+  run's N-th step (``_sync_step_num`` before each profiler step), stderr and the sidecar's
+  ``profiled_steps`` say the same numbers. A window the run ends inside is said so (``_short_window``).
 - **the program's own profiler**: when it starts one, the session stops its own and never starts another
   (``stallscope.collector.program.OwnProfilerWatch``): torch allows one profiler at a time.
 - **duration** (``--duration S``): everything from the first torch call until S seconds after the start (steps still labelled), then
@@ -60,7 +66,7 @@ from stallscope.analyzer.core.errors import StallscopeError
 from stallscope.collector.options import Capture as Capture
 from stallscope.collector.options import ProfileOptions as ProfileOptions
 from stallscope.collector.origin import DataLoaderWatch, OriginTracker
-from stallscope.collector.program import OURS, ForwardSteps, OwnProfilerWatch
+from stallscope.collector.program import OURS, BackwardSteps, ForwardSteps, OptimizerWatch, OwnProfilerWatch
 from stallscope.collector.window import (
     EVENTS_PER_CALL,
     EVENTS_PER_CALL_CUDA,
@@ -147,6 +153,13 @@ class Session:
         self._loaders = DataLoaderWatch()
         self._forward = ForwardSteps(self._on_forward_step)
         self._forward_source = False  # steps come from root-module calls
+        self._backward = BackwardSteps(self._on_backward_step)
+        self._backward_source = False  # steps come from backward passes (no optimizer)
+        self._made = OptimizerWatch(self._on_optimizer_made)
+        self._window_first = 0  # the first recorded step of the scheduled window (the run's numbering)
+        self._window_last = 0  # its last recorded step, once the window is written
+        self._dropped: dict[str, int] = {}  # steps a source counted before another took over, by source
+        self._tail_step = 0  # the run ended inside the window: the ProfilerStep open then, renamed
         self._watch = OwnProfilerWatch(self._step_aside)
         self._aside = False  # the program started its own profiler: ours stopped for good
         self._first_step_events = 0  # events recorded up to the first step (the budget's measure)
@@ -196,8 +209,10 @@ class Session:
         self._pre_hook = register_optimizer_step_pre_hook(self._on_optimizer_start)
         self._loaders.install()
         self._watch.install()
+        self._made.install()
         if self.options.auto_steps:
             self._forward.install()
+            self._backward.install()
         if not self.cuda:  # where each tensor would live: the ground for would-be syncs
             self._origin = OriginTracker()
             self._origin.install()
@@ -242,21 +257,94 @@ class Session:
             f"({events:,} events recorded); raise it, or --max-events 0, for more"
         )
 
+    def _on_optimizer_made(self) -> None:
+        """The program made an optimizer: it will mark the steps, not forwards nor backward passes (an
+        evaluation or a rollout before the first ``optimizer.step()`` is part of a training iteration)."""
+        self._forward.remove()
+        self._backward.remove()
+
     def _on_optimizer_start(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         """An optimizer is stepping (LBFGS calls its closure, and so the model, inside its step): from now
-        on the optimizer marks the steps, not forward calls (with gradient accumulation a few forward
-        steps may have been counted before the first optimizer step)."""
+        on the optimizer marks the steps. Steps that forwards or backward passes counted before it (an
+        optimizer made before the session started) are dropped."""
         self._forward.remove()
-        self._forward_source = False
+        self._backward.remove()
+        if self._optimizer_id is None and not self._explicit and self._steps and self._implicit_source():
+            self._restart_steps("optimizer steps")
+        self._forward_source = self._backward_source = False
+
+    def _implicit_source(self) -> bool:
+        return self._forward_source or self._backward_source
 
     def _on_forward_step(self) -> None:
-        """A root-module call began after an earlier one ended: a step of an inference loop, unless the
-        optimizer or ``stallscope.step()`` marks the steps."""
-        if self._explicit or self._optimizer_id is not None or self._stopped:
+        """A root-module (or ``generate``) call began after an earlier one ended: a step of an
+        inference loop, unless the optimizer, backward passes or ``stallscope.step()`` mark the steps."""
+        if self._explicit or self._optimizer_id is not None or self._made.made or self._stopped:
             self._forward.remove()
             return
+        if self._backward_source or threading.get_ident() != self._thread:
+            return  # a module called on another thread is no step of the loop
         self._forward_source = True
         self._step()
+
+    def _on_backward_step(self) -> None:
+        """A backward pass returned in a loop without an optimizer (manual SGD): it ends a step. Steps
+        that forward calls counted before the first one are dropped."""
+        if self._explicit or self._optimizer_id is not None or self._made.made or self._stopped:
+            self._backward.remove()
+            return
+        if threading.get_ident() != self._thread:
+            return  # a backward pass on another thread is no step of the loop
+        if not self._backward_source:
+            self._forward.remove()
+            if self._steps and self._forward_source:
+                self._restart_steps("backward passes")
+            self._forward_source, self._backward_source = False, True
+        self._step()
+
+    def _restart_steps(self, source: str) -> None:
+        """Another source (``source``, as said on stderr) marks the steps from now on: forget the steps
+        counted so far, and what their window recorded or wrote; the next step is the run's first again."""
+        had = self._steps
+        what = "backward passes" if self._backward_source else "forward calls"
+        if self._forward.generate:
+            what = "generate calls"
+        self._exit_recorder(keep=False)
+        prof, self._prof = self._prof, None
+        if prof is not None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                prof.on_trace_ready = None
+                prof.stop()
+            release(prof)
+        if self._exported:  # a window of the old steps was written (and said): it is not the trace
+            with contextlib.suppress(OSError):
+                self.trace_path.unlink()
+            if self._window_last:
+                self._progress(
+                    f"the window written (steps {self._window_first}-{self._window_last}, marked by {what}) "
+                    f"is dropped: {source} mark the steps from now on"
+                )
+        self._steps = self._probed_steps = self._step_events = self._first_step_events = 0
+        self._scheduled = self._probing = self._awaiting_start = self._pending = False
+        self._exported = self._window_done = False
+        self._window_first = self._window_last = 0
+        self._active_steps = self.options.steps
+        self._tracked_steps = frozenset()
+        if self._timer is not None and hasattr(self._timer, "restart"):
+            self._timer.restart()
+        self._dropped[what] = self._dropped.get(what, 0) + had
+        self._retrack()
+
+    def _dropped_note(self) -> str | None:
+        """At the end: steps that a source counted before another took over, and so are not counted."""
+        if not self._dropped:
+            return None
+        source = {"optimizer": "optimizer steps", "backward": "backward passes"}.get(
+            self._step_source() or "", "its steps"
+        )
+        before = " and ".join(f"{n} marked by {what}" for what, n in self._dropped.items())
+        return f"the steps are {source}: the step(s) counted before the first ({before}) are not counted"
 
     def _step_aside(self) -> None:
         """The program is starting a profiler of its own: stop ours now (nothing is kept) and never
@@ -297,14 +385,28 @@ class Session:
             if self._origin is not None:
                 self._origin.remove()
             self._loaders.remove()
+            if self._forward_source and self._forward.calls:
+                self._count_step()  # the last root-module (or generate) call's step ends with the run
             self._forward.remove()
+            self._backward.remove()
+            self._made.remove()
             self._watch.remove()
             if self._hook is not None:
                 self._hook.remove()
                 self._pre_hook.remove()
             self._unwrap_steps()
             try:
+                short = self._short_window()
                 self._stop_profiler()
+                if short is not None and self._exported and self._tail_step:
+                    _rename_step(self.trace_path, self._tail_step, f"after step {self._tail_step - 1}")
+                unreached = self._unreached_note()
+                if unreached is not None:  # the notes only: the CLI's closing lines say it on stderr
+                    self.notes.append(unreached)
+                for note in (self._dropped_note(), short):
+                    if note is not None:
+                        self.notes.append(note)
+                        self._progress(note)
                 if self._exported and self._mode() == "whole_run":
                     self.notes.append(WHOLE_RUN_NOTE)
                 if self._budget_note is not None:
@@ -325,6 +427,7 @@ class Session:
             step_timing=dict(self._timer.summary()) if self._timer is not None else {},
             notes=list(self.notes),
             step_source=self._step_source(),
+            profiled_steps=[self._window_first, self._window_last] if self._window_last else None,
             stepped_aside=self._aside,
             dataloaders=list(self._loaders.loaders),
         )
@@ -334,6 +437,8 @@ class Session:
             return "explicit"
         if self._forward_source:
             return "generate" if self._forward.generate else "forward"
+        if self._backward_source:
+            return "backward"
         return "optimizer" if self._optimizer_id is not None else None
 
     # -- steps -----------------------------------------------------------------------------------
@@ -427,6 +532,7 @@ class Session:
             if self._deadline is not None and time.monotonic() >= self._deadline:
                 self._stop_profiler()
             else:
+                self._sync_step_num()
                 self._prof.step()
             return
         if self._probing:  # the probe step ended: its events are the budget's measure
@@ -452,9 +558,58 @@ class Session:
             return
         if self._prof.current_action.name == "RECORD_AND_SAVE":  # this step stops and saves the window
             self._collecting()
+        self._sync_step_num()
         self._prof.step()
         if self._prof is not None and self._prof.current_action.name in _RECORDING:
             self._enter_recorder()
+
+    def _sync_step_num(self) -> None:
+        """Before ``prof.step()``: the step it opens is the run's next one (``ProfilerStep#N`` is the run's
+        N-th step), also when a step went by without a transition (the first optimizer step's transition
+        is done at the end of the second)."""
+        if self._prof is not None and self._prof.step_num != self._steps:
+            self._prof.step_num = self._steps
+
+    def _short_window(self) -> str | None:
+        """The run is ending inside the scheduled window (before its last step): what the trace holds and
+        why it is fewer steps than asked. Said on stderr and in the notes."""
+        prof, o = self._prof, self.options
+        if not self._scheduled or prof is None or self._probing or self._exported or o.duration is not None:
+            return None
+        if prof.current_action.name not in _RECORDING:
+            return None  # nothing recorded: the CLI says the run was too short to reach the window
+        first, last, asked = self._window_first, self._steps, self._active_steps
+        tail = f"; the rest of the run after step {last} is the trace's 'after step {last}', not a step"
+        self._tail_step = last + 1  # the profiler's open step: the end of the run, no step of the loop
+        if self._forward_source:
+            tail, self._tail_step = "", 0  # the last call's step ended with the run: it is whole
+        whole = max(0, last - first + 1)
+        if whole == 0:
+            return (
+                f"the run ended after step {last}, before a whole step of the window: no step was profiled"
+                f"{tail}; lower --skip/--warmup (now {o.skip}/{o.warmup}) or run more steps"
+            )
+        which = f"steps {first}-{last}" if whole > 1 else f"step {first}"
+        return (
+            f"the run ended after step {last}, inside the window: profiled {which}, {whole} of the {asked} "
+            f"asked (--skip {o.skip} and --warmup {o.warmup} come after {self._unprofiled()}){tail}; lower "
+            "--skip/--warmup or run more steps for more"
+        )
+
+    def _unprofiled(self) -> str:
+        """The steps never profiled before --skip: the profiler changes state only once an optimizer step
+        has returned, at the end of the second."""
+        return "the first two steps" if self._step_source() == "optimizer" else "the first step"
+
+    def _unreached_note(self) -> str | None:
+        """Steps came, but the run ended before the window recorded any (after ``stop``)."""
+        o = self.options
+        if not self._scheduled or self._exported or self._aside or o.duration is not None:
+            return None
+        return (
+            f"the run made {self._steps} step(s), too few to reach the window ({self._unprofiled()}, then --skip "
+            f"{o.skip} and --warmup {o.warmup}): nothing was profiled; lower --skip/--warmup or run more steps"
+        )
 
     def _drop_fallback(self) -> None:
         """First step: drop the whole-run fallback recording (a step came, so the window is scheduled)."""
@@ -515,6 +670,7 @@ class Session:
             )
         first = self._steps + 1  # the step starting now, numbered as the run counts (and stderr says)
         recorded = first + skip + o.warmup  # the first recorded step
+        self._window_first = recorded
         self._tracked_steps = frozenset({recorded - 1 if recorded > first else recorded})
         self._prof = self._profiler(schedule=lambda n: base(max(n - first, 0)))
         renumber(self._prof, first)
@@ -562,13 +718,15 @@ class Session:
         finally:
             written = self._collected()
         self._exported = True
+        if self._scheduled and self._window_first:
+            self._window_last = self._steps if self._steps >= self._window_first else 0
         if self._budget_hit and self._budget_note is None:
             self._budget_note = self._budget_window_note(prof)
             if self.options.duration is None:  # the fallback: the whole run's window unless a step comes
                 return
             self._progress(self._budget_note)
         if self.on_window_closed is not None and not self._stopped:
-            first = max(1, self._steps - self._active_steps + 1)
+            first = self._window_first or max(1, self._steps - self._active_steps + 1)
             window = f"steps {first}-{self._steps}" if first < self._steps else f"step {first}"
             if self.options.duration is not None or self._budget_hit:
                 window = "the first seconds"
@@ -694,3 +852,30 @@ class Session:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, self._old_alarm)
             self._old_alarm = None
+
+
+def _rename_step(trace: Path, step: int, name: str, chunk: int = 1 << 20) -> None:
+    """Rename ``ProfilerStep#step`` in the gzip trace at ``trace`` (the end of a run that ended inside
+    the window: no step of the loop, so the analysis does not count it). Streams; on failure the trace
+    stays as it was."""
+    import gzip
+    import json
+    import os
+
+    old, new = json.dumps(f"ProfilerStep#{step}").encode(), json.dumps(name).encode()
+    keep = len(old) - 1
+    tmp = trace.with_name(f".{trace.name}.rename")
+    try:
+        with gzip.open(trace, "rb") as src, gzip.open(tmp, "wb", compresslevel=6) as dst:
+            carry = b""
+            while data := src.read(chunk):
+                buf = (carry + data).replace(old, new)
+                dst.write(buf[:-keep])
+                carry = buf[-keep:]
+            dst.write(carry)
+        os.replace(tmp, trace)
+    except OSError:
+        pass
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()

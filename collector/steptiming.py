@@ -58,6 +58,16 @@ class StepTimer:
             if index % HARVEST_EVERY == 0:
                 self._harvest(block=False)
 
+    def restart(self) -> None:
+        """Forget the steps marked so far (another source marks the steps from now on): the next boundary
+        ends step 1, which starts where the run's first did."""
+        if self._closed:
+            return
+        del self._marks[1:]
+        self._pending = deque(p for p in self._pending if p[0] == 0)
+        self._last = None
+        self._device_ms.clear()
+
     def close(self) -> None:
         """End of the run: read the outstanding device times (waits once for the last event)."""
         if self._closed:

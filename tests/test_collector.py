@@ -131,7 +131,7 @@ def test_module_mode_and_argv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
         "import json, os\n"
         f"json.dump({{'argv': sys.argv, 'path0': sys.path[0], 'name': __name__}}, open({str(seen)!r}, 'w'))"
     )
-    train_script(pkg, n=3, tail=tail, name="trainmod.py")
+    train_script(pkg, n=4, tail=tail, name="trainmod.py")
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     argv_before = sys.argv[:]
@@ -175,7 +175,7 @@ def test_exit_code_passes_through(tmp_path: Path) -> None:
 
 def test_exception_shows_the_scripts_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # GIVEN a script that fails after its loop
-    script = train_script(tmp_path, n=3, tail="raise ValueError('boom in the script')")
+    script = train_script(tmp_path, n=4, tail="raise ValueError('boom in the script')")
     out = tmp_path / "o"
     # WHEN profiled
     code = main(["profile", "-o", str(out), *FAST, str(script)])
@@ -193,7 +193,7 @@ def test_exception_shows_the_scripts_traceback(tmp_path: Path, capsys: pytest.Ca
 
 def test_ctrl_c_writes_a_partial_bundle(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # GIVEN a script interrupted (Ctrl-C) in the middle of the profiled window
-    script = train_script(tmp_path, n=2, tail="raise KeyboardInterrupt")
+    script = train_script(tmp_path, n=4, tail="raise KeyboardInterrupt")
     out = tmp_path / "o"
     code = main(
         [
@@ -210,10 +210,11 @@ def test_ctrl_c_writes_a_partial_bundle(tmp_path: Path, capsys: pytest.CaptureFi
             str(script),
         ]
     )
-    # THEN exit 130 and the bundle holds the step that completed in the window
+    # THEN exit 130 and the bundle holds the steps that completed in the window (what ran after them,
+    # up to the interrupt, is no step)
     assert code == 130
     assert "interrupted" in capsys.readouterr().err
-    assert step_names(out)[0] == "ProfilerStep#3"
+    assert step_names(out) == ["ProfilerStep#3", "ProfilerStep#4"]
     assert read_sidecar(out)["run"]["exit_code"] == 130
 
 

@@ -83,12 +83,12 @@ def test_inference_steps_come_from_the_models_forward_calls(tmp_path: Path) -> N
     # GIVEN an inference loop with no optimizer and no stallscope.step(), WHEN profiled
     out = _run(tmp_path, INFERENCE, *FAST)
     run = json.loads((out / SIDECAR_NAME).read_text())["run"]
-    # THEN each call of the root module starts a step: 8 calls, 7 boundaries, a steps window
-    assert (run["step_source"], run["steps_seen"], run["window"]) == ("forward", 7, "steps")
+    # THEN each call of the root module starts a step, the last one ends with the run: 8 calls, 8 steps
+    assert (run["step_source"], run["steps_seen"], run["window"]) == ("forward", 8, "steps")
     names = [s.name for s in load(out, use_cache=False).models[0].steps]
     assert names == ["ProfilerStep#2", "ProfilerStep#3"]
     # AND the inner modules (Linear, ReLU) never count as steps of their own
-    assert json.loads((out / SIDECAR_NAME).read_text())["step_timing"]["count"] == 7
+    assert json.loads((out / SIDECAR_NAME).read_text())["step_timing"]["count"] == 8
 
 
 def test_stallscope_step_in_the_program_turns_forward_steps_off(tmp_path: Path) -> None:
@@ -149,8 +149,8 @@ def test_generate_calls_are_the_steps_of_a_generation_loop(
     # GIVEN an HF-style loop: 6 model.generate(...) calls, each calling the model 5 times
     out = _run(tmp_path, GENERATE, *FAST)
     run = json.loads((out / SIDECAR_NAME).read_text())["run"]
-    # THEN each generate call is one step (6 calls, 5 boundaries), not each token's forward
-    assert (run["step_source"], run["steps_seen"], run["window"]) == ("generate", 5, "steps")
+    # THEN each generate call is one step (6 calls, 6 steps), not each token's forward
+    assert (run["step_source"], run["steps_seen"], run["window"]) == ("generate", 6, "steps")
     names = [s.name for s in load(out, use_cache=False).models[0].steps]
     assert names == ["ProfilerStep#2", "ProfilerStep#3"]
     # AND the program's generate still works
@@ -163,15 +163,21 @@ def test_forward_steps_unwrap_generate_when_removed() -> None:
     namespace: dict[str, Any] = {}
     exec(GENERATE.split("model = TinyLM()")[0], namespace)
     model, prompt = namespace["TinyLM"](), torch.tensor([[1, 2]])
+    from torch.nn.modules import module as nn_module
+
     marked: list[int] = []
+    hooks = len(nn_module._global_forward_pre_hooks), len(nn_module._global_forward_hooks)
     steps = ForwardSteps(lambda: marked.append(1))
     steps.install()
     try:
         for _ in range(3):
             model.generate(prompt, max_new_tokens=4)
         model(prompt)  # a forward outside generate, once generate marks the steps: no step
+        # once generate calls mark the steps, no module hook is left to cost every module call
+        assert (len(nn_module._global_forward_pre_hooks), len(nn_module._global_forward_hooks)) == hooks
     finally:
         steps.remove()
+    # each later generate call starts a step (the session ends the last one with the run)
     assert (steps.generate, len(marked)) == (True, 2)
     assert "generate" not in vars(model)  # the instance wrapper is gone
 
