@@ -59,7 +59,7 @@ def _in_steps(a: Evidence, times: np.ndarray) -> np.ndarray:
 def _training(a: Evidence) -> bool:
     """Whether the profiled loop trains: its steps come from an optimizer, or the trace holds a backward
     pass (a loop that updates its parameters by hand, with no optimizer, still calls ``backward``)."""
-    if a.sidecar is not None and a.sidecar.run.get("step_source") == "optimizer":
+    if a.sidecar is not None and a.sidecar.run.get("step_source") in ("optimizer", "backward"):
         return True
     return any(s.startswith("autograd::engine::evaluate_function") for s in a.model.strings)
 
