@@ -142,15 +142,17 @@ class ForwardSteps:
 
 
 class BackwardSteps:
-    """Calls ``on_backward()`` each time a top-level ``torch.autograd.backward`` returns (a wrapper on the
-    module's function, which ``Tensor.backward`` looks up at each call; a reference the program took before
-    the session is not seen). A backward called inside another on the same thread (reentrant activation
+    """Calls ``on_backward()`` each time a top-level ``Tensor.backward`` or ``torch.autograd.backward``
+    returns (wrappers on both, counted in one depth: the outermost call fires; a reference the program
+    took before the session is not seen). A backward called inside another on the same thread (reentrant activation
     checkpointing recomputes and backpropagates a segment inside the outer backward) is part of it."""
 
     def __init__(self, on_backward: Callable[[], None]) -> None:
         self._on_backward = on_backward
         self._original: Any = None
         self._ours: Any = None
+        self._tensor_original: Any = None
+        self._tensor_ours: Any = None
         self._local = threading.local()  # .depth: backward calls in progress on this thread
         self.seen = 0
 
@@ -177,6 +179,26 @@ class BackwardSteps:
 
         self._original, self._ours = original, backward
         torch.autograd.backward = backward
+        # ``loss.backward()`` too, counted in the same depth: under a torch-function mode (the collector's
+        # origin tracker) ``Tensor.backward`` runs inside the mode's handler, where the mode stack is
+        # popped; the step must end after the handler returned, in this outermost wrapper
+        tensor_original = torch.Tensor.backward
+
+        @functools.wraps(tensor_original)
+        def tensor_backward(self_: Any, *args: Any, **kwargs: Any) -> Any:
+            depth = getattr(local, "depth", 0)
+            local.depth = depth + 1
+            try:
+                out = tensor_original(self_, *args, **kwargs)
+            finally:
+                local.depth = depth
+            if depth == 0 and watch._ours is not None:
+                watch.seen += 1
+                watch._on_backward()
+            return out
+
+        self._tensor_original, self._tensor_ours = tensor_original, tensor_backward
+        torch.Tensor.backward = tensor_backward  # type: ignore[method-assign]
 
     def remove(self) -> None:
         ours, self._ours = self._ours, None
@@ -186,6 +208,8 @@ class BackwardSteps:
 
         if torch.autograd.backward is ours:
             torch.autograd.backward = self._original
+        if torch.Tensor.backward is self._tensor_ours:
+            torch.Tensor.backward = self._tensor_original  # type: ignore[method-assign]
 
 
 class OptimizerWatch:
