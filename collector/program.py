@@ -182,7 +182,7 @@ class BackwardSteps:
         # ``loss.backward()`` too, counted in the same depth: under a torch-function mode (the collector's
         # origin tracker) ``Tensor.backward`` runs inside the mode's handler, where the mode stack is
         # popped; the step must end after the handler returned, in this outermost wrapper
-        tensor_original = torch.Tensor.backward
+        tensor_original: Any = torch.Tensor.backward
 
         @functools.wraps(tensor_original)
         def tensor_backward(self_: Any, *args: Any, **kwargs: Any) -> Any:
@@ -198,7 +198,7 @@ class BackwardSteps:
             return out
 
         self._tensor_original, self._tensor_ours = tensor_original, tensor_backward
-        torch.Tensor.backward = tensor_backward  # type: ignore[method-assign]
+        setattr(torch.Tensor, "backward", tensor_backward)  # noqa: B010 (typed as a method)
 
     def remove(self) -> None:
         ours, self._ours = self._ours, None
@@ -209,7 +209,7 @@ class BackwardSteps:
         if torch.autograd.backward is ours:
             torch.autograd.backward = self._original
         if torch.Tensor.backward is self._tensor_ours:
-            torch.Tensor.backward = self._tensor_original  # type: ignore[method-assign]
+            setattr(torch.Tensor, "backward", self._tensor_original)  # noqa: B010
 
 
 class OptimizerWatch:
