@@ -51,3 +51,6 @@ class Capture:
     step_source: str | None = None
     stepped_aside: bool = False  # the program ran its own torch.profiler: nothing was profiled
     dataloaders: list[dict[str, Any]] = field(default_factory=list)  # each DataLoader's arguments
+    partial_step: int = 0  # the event budget ended the recording inside this step (0: whole steps)
+    trace_events: int = 0  # events in the written trace
+    write_stopped: bool = False  # a signal stopped the trace's writing: no trace (the partial file removed)

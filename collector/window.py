@@ -18,9 +18,16 @@ torch is imported lazily: this module imports without it.
 
 from __future__ import annotations
 
+import contextlib
+import gzip
+import os
+import shutil
+import sys
+import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from stallscope.collector.modes import ThreadMode
@@ -107,10 +114,11 @@ class FirstOpTrigger:
     def install(self) -> None:
         self._slot.install()
 
-    def remove(self) -> None:
+    def remove(self) -> bool:
         """Take the mode off this thread's stack when it is on top (another mode above it stays, and ours
-        with it, as a pass-through)."""
+        with it, as a pass-through); True when it is off."""
         self._slot.remove()
+        return not self._slot.installed
 
 
 class Heartbeat:
@@ -164,3 +172,80 @@ def release(prof: Any) -> None:
     session runs."""
     prof.on_trace_ready = None
     prof.profiler = None
+
+
+def write_trace(prof: Any, path: Path) -> int:
+    """Write a stopped profiler's trace to ``path`` (gzip Kineto JSON) and return its event count. torch
+    writes plain JSON beside it first (``.json.part``), gzipped here in chunks, so a signal while the
+    file is written (its handler runs between chunks, or when torch's own write returns) stops it:
+    both files are removed and the exception goes on; the trace is either whole or absent."""
+    events = recorded_events(prof)
+    plain = path.with_name(path.name + ".json.part")
+    part = path.with_name(path.name + ".part")
+    try:
+        prof.export_chrome_trace(str(plain))
+        with plain.open("rb") as src, gzip.open(part, "wb", compresslevel=6) as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        os.replace(part, path)
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+    finally:
+        plain.unlink(missing_ok=True)
+        part.unlink(missing_ok=True)
+    return events
+
+
+_quiet_class: Any = None
+
+
+def quiet_profiler(torch: Any) -> Any:
+    """``torch.profiler.profile`` whose start and stop keep Kineto's ``USDT: ... profiler_start/stop``
+    lines (written straight to file descriptor 2 on every run) off stderr; anything else written to
+    stderr meanwhile (the program's threads) is passed on."""
+    global _quiet_class
+    if _quiet_class is None:
+
+        class QuietProfile(torch.profiler.profile):  # type: ignore[misc]
+            def prepare_trace(self) -> None:
+                with stderr_filtered():
+                    super().prepare_trace()
+
+            def start_trace(self) -> None:
+                with stderr_filtered():
+                    super().start_trace()
+
+            def stop_trace(self) -> None:
+                with stderr_filtered():
+                    super().stop_trace()
+
+        _quiet_class = QuietProfile
+    return _quiet_class
+
+
+_NOISE = (b"USDT:", b"STAGE:")
+
+
+@contextlib.contextmanager
+def stderr_filtered() -> Iterator[None]:
+    """File descriptor 2 goes to a temporary file while the block runs; then what was written there,
+    less Kineto's own lines, goes to the real stderr."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):
+        yield
+        return
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            kept = b"".join(line for line in tmp.read().splitlines(True) if not line.startswith(_NOISE))
+            if kept:
+                os.write(2, kept)
