@@ -42,6 +42,7 @@ class Recorder:
         self.session = Session(options, self.staging.trace_path)
         self.started = ""
         self.pid = os.getpid()  # the process that owns the bundle: a forked child never commits it
+        self.write_stopped = False  # a signal stopped the bundle's writing: it is written without a trace
 
     @property
     def forked(self) -> bool:
@@ -76,7 +77,7 @@ class Recorder:
                 meta["partial_step"] = capture.partial_step
             if capture.trace_events:
                 meta["trace_events"] = capture.trace_events
-            if capture.write_stopped:
+            if capture.write_stopped or self.write_stopped:
                 meta["trace_write_stopped"] = True
             doc = sidecar(meta, capture.sync_sites, capture.step_timing)
             if capture.trace is not None and capture.trace.exists():
@@ -151,6 +152,7 @@ def _without_trace(rec: Recorder, code: int) -> Recording:
     """After a signal stopped the writing: publish the bundle without its trace (signals ignored: this
     takes milliseconds) and say in one line what was kept."""
     rec.staging.trace_path.unlink(missing_ok=True)
+    rec.write_stopped = True
     with _signals_ignored():
         try:
             rec.staging = type(rec.staging)(rec.staging.output, rec.staging.trace_path.name)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import io
 import os
 import shutil
 import sys
@@ -229,18 +230,31 @@ _NOISE = (b"USDT:", b"STAGE:")
 @contextlib.contextmanager
 def stderr_filtered() -> Iterator[None]:
     """File descriptor 2 goes to a temporary file while the block runs; then what was written there,
-    less Kineto's own lines, goes to the real stderr."""
+    less Kineto's own lines, goes to the real stderr. Python's ``sys.stderr``, when it writes to
+    descriptor 2, is pointed at the real stderr meanwhile (progress lines from other threads are not
+    held back)."""
     try:
         sys.stderr.flush()
         saved = os.dup(2)
     except (OSError, ValueError, AttributeError):
         yield
         return
+    old, real = sys.stderr, None
+    with contextlib.suppress(OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        if old.fileno() == 2:
+            real = open(  # noqa: SIM115 - closed below
+                os.dup(saved), "w", buffering=1, encoding=old.encoding, errors=old.errors
+            )
     with tempfile.TemporaryFile() as tmp:
         os.dup2(tmp.fileno(), 2)
+        if real is not None:
+            sys.stderr = real
         try:
             yield
         finally:
+            if real is not None:
+                sys.stderr = old
+                real.close()
             with contextlib.suppress(OSError, ValueError, AttributeError):
                 sys.stderr.flush()
             os.dup2(saved, 2)

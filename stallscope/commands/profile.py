@@ -206,12 +206,12 @@ def _what_was_recorded(code: int, capture: Capture, args: argparse.Namespace) ->
             what += f", the last step ({capture.partial_step}) partial (--max-events)"
         if capture.mode == "whole_run":
             what += (
-                " of the whole run from its first torch call: no steps seen (no optimizer.step() or "
-                "stallscope.step())"
+                ": profiled the whole run from its first torch call (no steps seen: no optimizer.step() "
+                "or stallscope.step())"
             )
         if code in _SIGNAL_CODES:
             return f"{how}: {what}; the bundle holds what ran until then"
-        return what
+        return f"{how}: {what}" if code else what
     if capture.write_stopped:
         return (
             f"{how}: stopped while the trace was being written; the partial trace was removed "
