@@ -166,6 +166,7 @@ class Session:
         self._partial_step = 0  # the budget ended the recording inside this step (0: not cut)
         self._probe_cut = False  # the budget ended the probe inside its step
         self._first_recorded = 0  # the scheduled window's first recorded step
+        self._per_call = 0.0  # the most events per counted torch call a recording measured
         self._spent: list[FirstOpTrigger] = []  # counters done with, still on the mode stack
         self._trace_events = 0  # events of the written trace
         self._write_stopped = False  # a signal stopped the trace's writing: the partial file was removed
@@ -241,18 +242,28 @@ class Session:
             self._stop_profiler()  # before the step's record_function ends (the next starts at a step)
 
     def _call_limit(self) -> int:
-        """The torch calls (seen from Python) worth about ``--max-events`` events; 0 without a budget."""
-        per_call = EVENTS_PER_CALL_CUDA if self.cuda else EVENTS_PER_CALL
-        return -(-self.options.max_events // per_call) if self.options.max_events else 0
+        """The torch calls (seen from Python) worth about ``--max-events`` events; 0 without a budget.
+        A call is worth the default estimate, or more where a recording measured more (calls torch makes
+        itself, a backward pass's ops, are not seen: their events count on the calls that are)."""
+        per_call = max(float(EVENTS_PER_CALL_CUDA if self.cuda else EVENTS_PER_CALL), self._per_call)
+        return max(1, int(self.options.max_events / per_call)) if self.options.max_events else 0
+
+    def _learn_rate(self, events: int, calls: int) -> None:
+        """A finished recording made ``events`` events over ``calls`` counted calls."""
+        if events > 0 and calls > 0:
+            self._per_call = max(self._per_call, events / calls)
 
     def _count_calls(self, on_limit: Callable[[], None]) -> None:
         """Count this thread's torch calls until ``on_limit`` (the probe step, or a window whose measured
-        step was over the budget). Only on an empty mode stack: a mode pushed under the program's own
-        would be popped by the program's exit."""
+        step was over the budget). Only on a stack without the program's modes: a mode pushed under
+        the program's own would be popped by the program's exit (``_retrack`` lifts it off to change
+        origin tracking under it)."""
         self._stop_counting()
         if not self.options.max_events or threading.get_ident() != self._thread:
             return
-        if self._torch._C._len_torch_function_stack() != 0:
+        depth = self._torch._C._len_torch_function_stack()
+        ours = 1 if self._origin is not None and self._origin.installed else 0  # then it is the one mode
+        if depth > ours:
             return
         counter = FirstOpTrigger(lambda: None, on_limit, self._call_limit())
         counter.fired = True  # counting from now
@@ -547,6 +558,8 @@ class Session:
             prof.stop()
         if self.options.max_events:
             self._first_step_events = recorded_events(prof)
+            if self._trigger is not None:
+                self._learn_rate(self._first_step_events, self._trigger.calls)
         release(prof)
 
     def _start_probe(self) -> None:
@@ -560,6 +573,7 @@ class Session:
         self._count_calls(self._on_probe_budget)
 
     def _end_probe(self) -> None:
+        calls = self._counter.calls if self._counter is not None else 0
         self._stop_counting()
         prof, self._prof = self._prof, None
         self._probing = False
@@ -570,21 +584,22 @@ class Session:
             warnings.simplefilter("ignore")
             prof.stop()
         self._step_events = recorded_events(prof)
+        self._learn_rate(self._step_events, calls)
         release(prof)
 
     def _start_scheduled(self) -> None:
         self._awaiting_start = False
         o = self.options
         skip = max(0, o.skip - self._probed_steps)  # the probe step was one of the skipped ones
-        measured, events = "the first step", self._first_step_events
+        measured, events, over = "the first step", self._first_step_events, False
         if self._fallback_cut:  # its events are unknown: more than the budget with the setup before it
             measured, events = "the run up to its first step (cut at the budget)", o.max_events
         if self._probed_steps and self._step_events:
             measured, events = f"step {self._steps}", self._step_events
-            if self._probe_cut:  # recorded up to the budget, then not
-                measured = f"step {self._steps} (recorded until the budget)"
+            over = self._probe_cut  # recorded up to the budget, then not
+            if over:
                 events = max(events, o.max_events)
-        self._active_steps, note = budget_steps(events, o.max_events, o.steps, measured)
+        self._active_steps, note = budget_steps(events, o.max_events, o.steps, measured, over)
         # one step near or over the budget: count the window's calls, to stop inside a step at the budget
         self._window_counted = bool(o.max_events) and events * 2 > o.max_events
         if note is not None:
@@ -654,6 +669,8 @@ class Session:
         finally:
             written = self._collected()
         self._exported = True
+        if not self._scheduled and self._trigger is not None:  # the budget ended the run's first recording
+            self._learn_rate(self._trace_events, self._trigger.calls)
         if self._partial_step:
             note = self._partial_note(self._trace_events)
             self.notes.append(note)
@@ -753,6 +770,8 @@ class Session:
         if origin is None or threading.get_ident() != self._thread:
             return
         want = self._wants_origin()
+        counter = self._counter  # on top of origin tracking: lifted off while that changes
+        lifted = counter is not None and counter.installed and counter.remove()
         if want and not origin.installed:
             if self._torch._C._len_torch_function_stack() == 0:
                 origin.install()
@@ -762,6 +781,8 @@ class Session:
             self._enter_recorder(learning=True)  # the step before the window: learn the sites
         if self._recorder is not None:
             self._recorder.tracked = origin.installed
+        if lifted and counter is not None:
+            counter.install()
 
     def _exit_recorder(self, keep: bool) -> None:
         rec, self._recorder = self._recorder, None

@@ -37,18 +37,18 @@ DEFAULT_MAX_EVENTS = 500_000  # about 10 MB of gzip trace; torch writes it in te
 
 
 def budget_steps(
-    step_events: int, max_events: int, steps: int, measured: str = "the first step"
+    step_events: int, max_events: int, steps: int, measured: str = "the first step", over: bool = False
 ) -> tuple[int, str | None]:
     """How many steps to record when one step (``measured``, named in the note) made ``step_events``
     events, and a note when that is fewer than ``steps``. ``max_events`` 0 means no budget. At least
-    one step is always recorded."""
+    one step is always recorded. ``over``: the step's recording stopped at ``step_events``."""
     if max_events <= 0 or step_events <= 0:
         return steps, None
     fit = max(1, max_events // step_events)
     if fit >= steps:
         return steps, None
     return fit, (
-        f"{measured} made about {step_events:,} events; profiling {fit} step(s) instead of "
+        f"{measured} made {'over' if over else 'about'} {step_events:,} events; profiling {fit} step(s) instead of "
         f"{steps} to stay under --max-events {max_events:,} (raise it, or --max-events 0, for more)"
     )
 
@@ -111,6 +111,10 @@ class FirstOpTrigger:
         self.calls = 0
         self.limit = limit if on_limit is not None else 0
         self._slot = ThreadMode(_FirstOp())
+
+    @property
+    def installed(self) -> bool:
+        return self._slot.installed
 
     def install(self) -> None:
         self._slot.install()
