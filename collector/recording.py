@@ -81,7 +81,9 @@ class Recorder:
                 meta["trace_write_stopped"] = True
             doc = sidecar(meta, capture.sync_sites, capture.step_timing)
             if capture.trace is not None and capture.trace.exists():
-                embed_sidecar(capture.trace, doc)  # the trace alone carries everything
+                embed_sidecar(capture.trace, doc)
+            else:  # the bundle holds a trace only when the capture says so
+                self.staging.trace_path.unlink(missing_ok=True)  # the trace alone carries everything
             bundle = self.staging.commit(doc)
         except BaseException:
             self.staging.discard()

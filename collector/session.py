@@ -664,8 +664,9 @@ class Session:
         self._stop_counting()
         try:
             self._trace_events = write_trace(prof, self.trace_path)
-        except BaseException:  # a signal stopped the writing: the partial file is gone
+        except BaseException:  # a signal stopped the writing: no partial file stays
             self._write_stopped = True
+            self.trace_path.unlink(missing_ok=True)
             raise
         finally:
             written = self._collected()

@@ -146,3 +146,62 @@ def test_second_sigterm_stops_the_write(tmp_path: Path) -> None:
     assert bundle_trace(out) is None and (out / SIDECAR_NAME).is_file()
     assert _run(out)["trace_write_stopped"] is True
     assert not list(tmp_path.rglob("*.part"))
+
+
+def test_sigterm_in_the_window_prints_the_verdict_and_bundle(tmp_path: Path) -> None:
+    # GIVEN a program recording its whole run
+    script = tmp_path / "endless.py"
+    script.write_text(ENDLESS)
+    out = tmp_path / "o"
+    cmd = [
+        sys.executable,
+        "-m",
+        "stallscope",
+        "profile",
+        "--max-events",
+        "50000",
+        "-o",
+        str(out),
+        str(script),
+    ]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    assert proc.stderr is not None
+    while "ready" not in proc.stderr.readline():
+        pass
+    # WHEN it gets one SIGTERM
+    proc.send_signal(signal.SIGTERM)
+    stdout, rest = proc.communicate(timeout=120)
+    # THEN 143, one closing line from what was written, then the verdict and the bundle
+    assert proc.returncode == 143, rest
+    (closing,) = [line for line in rest.splitlines() if "interrupted" in line]
+    events = len(_events(out))
+    assert closing.startswith("stallscope: interrupted (exit code 143): traced ")
+    assert "nothing was traced" not in rest
+    assert 0 < _run(out)["trace_events"] <= events <= 50000 + 100
+    assert "verdict" in stdout and f"  bundle    {out}" in stdout
+
+
+def test_signal_during_the_write_in_the_run_removes_the_partial_trace(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a training loop whose window's trace write is stopped by a signal (SystemExit(143) from
+    # the handler) after torch wrote part of it
+    def stopped(prof: Any, path: Path) -> int:
+        path.write_text("partial")
+        raise SystemExit(143)
+
+    monkeypatch.setattr(session, "write_trace", stopped)
+    script = tmp_path / "tiny.py"
+    script.write_text(TINY_OPS.format(n=10))
+    out = tmp_path / "o"
+    # WHEN profiled
+    code = main(["profile", "-o", str(out), "--skip", "1", "--warmup", "0", "--steps", "1", str(script)])
+    err = capfd.readouterr().err
+    # THEN 143, no trace in the bundle, the sidecar says why, and one closing line agrees
+    assert code == 143
+    assert bundle_trace(out) is None
+    assert _run(out)["trace_write_stopped"] is True
+    (closing,) = [line for line in err.splitlines() if "interrupted" in line]
+    assert "stopped while the trace was being written; the partial trace was removed" in closing
+    assert "nothing was traced" not in err
