@@ -9,7 +9,13 @@ while torch collects and writes it.
   mode ``budget_steps`` turns the events of one step into the number of steps that stay
   under ``--max-events``; the note says what was cut. The step measured is the second one, recorded
   alone while it is skipped (the first carries the warm-up: lazy initialisation, optimizer state), or,
-  with ``--skip 0``, the first (counted when its recording is dropped).
+  with ``--skip 0``, the first (counted when its recording is dropped). Inside a step too: the probe
+  step's calls are counted (a ``FirstOpTrigger`` already fired) and its recording stops at the budget;
+  when the measured step reached the budget, so are the window's, which then ends inside a step (the
+  session marks it partial). The events a call is worth are learnt from each finished recording.
+- **Whole or absent**: ``write_trace`` writes the trace so that a signal during the write leaves no
+  partial file.
+- **Quiet**: ``quiet_profiler`` keeps Kineto's ``USDT:`` lines off stderr.
 - **Progress**: ``Heartbeat`` says, every few seconds, what torch is doing while it stops the profiler
   and writes the trace (minutes for millions of events), instead of silence.
 
