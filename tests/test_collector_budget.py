@@ -86,6 +86,9 @@ def test_budget_holds_inside_one_step(tmp_path: Path, capfd: pytest.CaptureFixtu
     # AND the bundle is analysed, the verdict's notes saying the step is partial
     assert main(["analyze", str(out)]) == 0
     assert f"step {cut} is partial" in capfd.readouterr().out
+    assert main(["analyze", "--json", "-", str(out)]) == 0
+    doc = json.loads(capfd.readouterr().out)
+    assert any(n.startswith(f"step {cut} is partial") for n in doc["source"]["notes"])
     # AND Kineto's USDT lines are not on stderr, the program's own line is
     assert "USDT:" not in err and "own stderr line" in err
 
