@@ -62,6 +62,7 @@ from stallscope.collector.options import ProfileOptions as ProfileOptions
 from stallscope.collector.origin import DataLoaderWatch, OriginTracker
 from stallscope.collector.program import OURS, ForwardSteps, OwnProfilerWatch
 from stallscope.collector.window import (
+    BYTES_PER_EVENT,
     EVENTS_PER_CALL,
     EVENTS_PER_CALL_CUDA,
     FirstOpTrigger,
@@ -212,7 +213,9 @@ class Session:
         if not self.cuda:  # where each tensor would live: the ground for would-be syncs
             self._origin = OriginTracker()
             self._origin.install()
-        self._trigger = FirstOpTrigger(self._open_window, self._on_event_budget, self._call_limit())
+        self._trigger = FirstOpTrigger(
+            self._open_window, self._on_event_budget, self._call_limit(), self._max_growth()
+        )
         self._trigger.install()
         if self.options.duration is not None:
             self._deadline = time.monotonic() + self.options.duration
@@ -248,6 +251,10 @@ class Session:
         per_call = max(float(EVENTS_PER_CALL_CUDA if self.cuda else EVENTS_PER_CALL), self._per_call)
         return max(1, int(self.options.max_events / per_call)) if self.options.max_events else 0
 
+    def _max_growth(self) -> int:
+        """Resident memory a recording may add before it counts as over the budget (its events' memory)."""
+        return self.options.max_events * BYTES_PER_EVENT
+
     def _learn_rate(self, events: int, calls: int) -> None:
         """A finished recording made ``events`` events over ``calls`` counted calls."""
         if events > 0 and calls > 0:
@@ -265,8 +272,8 @@ class Session:
         ours = 1 if self._origin is not None and self._origin.installed else 0  # then it is the one mode
         if depth > ours:
             return
-        counter = FirstOpTrigger(lambda: None, on_limit, self._call_limit())
-        counter.fired = True  # counting from now
+        counter = FirstOpTrigger(lambda: None, on_limit, self._call_limit(), self._max_growth())
+        counter.start_counting()
         counter.install()
         self._counter = counter
 
