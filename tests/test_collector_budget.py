@@ -208,3 +208,15 @@ def test_signal_during_the_write_in_the_run_removes_the_partial_trace(
     (closing,) = [line for line in err.splitlines() if "interrupted" in line]
     assert "stopped while the trace was being written; the partial trace was removed" in closing
     assert "nothing was traced" not in err
+
+
+def test_stderr_filter_drops_only_kinetos_lines(capfd: pytest.CaptureFixture[str]) -> None:
+    from stallscope.collector.window import stderr_filtered
+
+    # GIVEN lines written to descriptor 2 while torch starts or stops its profiler (Kineto's and others)
+    with stderr_filtered():
+        os.write(2, b"USDT:2026-01-01 1:1 SyncActivityProfilerHandler.cpp:52] profiler_start\n")
+        os.write(2, b"a thread of the program says this\n")
+        os.write(2, b"STAGE:2026-01-01 1:1 Completed Stage: Collection\n")
+    # THEN only Kineto's lines are dropped, the rest comes out after the block
+    assert capfd.readouterr().err == "a thread of the program says this\n"

@@ -48,8 +48,8 @@ def configure(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_MAX_EVENTS,
         metavar="N",
         help=f"event budget: profile fewer steps when a measured step shows more would exceed N events, "
-        f"or end a window without steps (whole run, --duration) at about N (default {DEFAULT_MAX_EVENTS:,}; "
-        "0: no limit)",
+        f"end a window without steps (whole run, --duration) at about N, and stop inside a step bigger "
+        f"than N (the last step partial) (default {DEFAULT_MAX_EVENTS:,}; 0: no limit)",
     )
     p.add_argument("--no-analyze", action="store_true", help="write the bundle, do not print the verdict")
     p.add_argument(
