@@ -53,3 +53,6 @@ class Capture:
     stepped_aside: bool = False  # the program ran its own torch.profiler: nothing was profiled
     dataloaders: list[dict[str, Any]] = field(default_factory=list)  # each DataLoader's arguments
     profiled_steps: list[int] | None = None  # [first, last] whole steps of the window, the run's numbering
+    partial_step: int = 0  # the event budget ended the recording inside this step (0: whole steps)
+    trace_events: int = 0  # events in the written trace
+    write_stopped: bool = False  # a signal stopped the trace's writing: no trace (the partial file removed)

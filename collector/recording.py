@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from stallscope.analyzer.core.errors import StallscopeError
@@ -42,6 +42,7 @@ class Recorder:
         self.session = Session(options, self.staging.trace_path)
         self.started = ""
         self.pid = os.getpid()  # the process that owns the bundle: a forked child never commits it
+        self.write_stopped = False  # a signal stopped the bundle's writing: it is written without a trace
 
     @property
     def forked(self) -> bool:
@@ -73,9 +74,17 @@ class Recorder:
                 profiled_steps=capture.profiled_steps,
                 dataloaders=capture.dataloaders,
             )
+            if capture.partial_step:  # the event budget ended the recording inside this step
+                meta["partial_step"] = capture.partial_step
+            if capture.trace_events:
+                meta["trace_events"] = capture.trace_events
+            if capture.write_stopped or self.write_stopped:
+                meta["trace_write_stopped"] = True
             doc = sidecar(meta, capture.sync_sites, capture.step_timing)
-            if capture.trace is not None:
-                embed_sidecar(capture.trace, doc)  # the trace alone carries everything
+            if capture.trace is not None and capture.trace.exists():
+                embed_sidecar(capture.trace, doc)
+            else:  # the bundle holds a trace only when the capture says so
+                self.staging.trace_path.unlink(missing_ok=True)  # the trace alone carries everything
             bundle = self.staging.commit(doc)
         except BaseException:
             self.staging.discard()
@@ -101,7 +110,10 @@ def record(
     """Run ``body`` (returning an exit code) under a session and write the bundle to ``output``.
 
     SIGTERM and SIGHUP end the program as Ctrl-C does (its ``finally`` blocks run, exit code 128 + n) and
-    the bundle holds what ran until then; further signals wait until the bundle is written. A child the
+    the bundle holds what ran until then. A further SIGINT/SIGTERM/SIGHUP while the trace is being
+    written stops the writing when torch's own part of it returns (or at once in the gzip part): the
+    partial trace is removed, the bundle is written without it (the sidecar, with the step timing), one
+    line says so, and the exit code is 128 + n. A child the
     program forked never writes the bundle: it leaves with its exit code at once. A bundle that cannot be
     written (a full disk) is one line on stderr; the exit code stays the program's."""
     rec = Recorder(options, output, argv, program_dir)
@@ -117,13 +129,45 @@ def record(
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(code)
-        with _signals_deferred():
-            try:
+        stopped: WriteStopped | None = None
+        try:
+            with _signals_stop_the_write():
                 result = rec.finish(code)
-            except StallscopeError as exc:
-                print(f"stallscope: error: {exc}", file=sys.stderr)
-                result = Recording(code, rec.staging.output, Capture(None, "unwritten", 0))
+        except WriteStopped as exc:  # the trace's partial file is removed; the rest is quick to write
+            stopped = exc
+        except StallscopeError as exc:
+            print(f"stallscope: error: {exc}", file=sys.stderr)
+            result = Recording(code, rec.staging.output, Capture(None, "unwritten", 0))
+        if stopped is not None:
+            result = _without_trace(rec, stopped.code)
     return result
+
+
+class WriteStopped(BaseException):
+    """A signal came while the bundle was being written: stop writing."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.code = 128 + signum
+
+
+def _without_trace(rec: Recorder, code: int) -> Recording:
+    """After a signal stopped the writing: publish the bundle without its trace (signals ignored: this
+    takes milliseconds) and say in one line what was kept."""
+    rec.staging.trace_path.unlink(missing_ok=True)
+    rec.write_stopped = True
+    with _signals_ignored():
+        try:
+            rec.staging = type(rec.staging)(rec.staging.output, rec.staging.trace_path.name)
+            result = rec.finish(code)
+            kept = f"kept the sidecar (step timing) in {result.bundle}"
+        except (StallscopeError, OSError) as exc:
+            result = Recording(code, rec.staging.output, Capture(None, "unwritten", 0))
+            kept = f"kept nothing ({exc})"
+    print(
+        f"stallscope: stopped while writing the trace: the partial trace was removed; {kept}", file=sys.stderr
+    )
+    return Recording(code, result.bundle, replace(result.capture, trace=None, write_stopped=True))
 
 
 def _main_thread() -> bool:
@@ -148,10 +192,26 @@ def _signals_end_the_program() -> Iterator[None]:
             signal.signal(s, handler)
 
 
+def _stop_the_write(signum: int, _frame: object) -> None:
+    raise WriteStopped(signum)
+
+
 @contextlib.contextmanager
-def _signals_deferred() -> Iterator[None]:
-    """While the bundle is written, SIGINT, SIGTERM and SIGHUP are ignored: the program has ended
-    already, and a second Ctrl-C must not lose what it recorded."""
+def _signals_stop_the_write() -> Iterator[None]:
+    """While the bundle is written, SIGINT, SIGTERM and SIGHUP stop the writing (``WriteStopped``)."""
+    if not _main_thread():
+        yield
+        return
+    old = {s: signal.signal(s, _stop_the_write) for s in (signal.SIGINT, *ENDING_SIGNALS)}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
+@contextlib.contextmanager
+def _signals_ignored() -> Iterator[None]:
     if not _main_thread():
         yield
         return

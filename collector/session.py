@@ -68,14 +68,17 @@ from stallscope.collector.options import ProfileOptions as ProfileOptions
 from stallscope.collector.origin import DataLoaderWatch, OriginTracker
 from stallscope.collector.program import OURS, BackwardSteps, ForwardSteps, OptimizerWatch, OwnProfilerWatch
 from stallscope.collector.window import (
+    BYTES_PER_EVENT,
     EVENTS_PER_CALL,
     EVENTS_PER_CALL_CUDA,
     FirstOpTrigger,
     Heartbeat,
     budget_steps,
+    quiet_profiler,
     recorded_events,
     release,
     renumber,
+    write_trace,
 )
 
 TORCH_MISSING = (
@@ -172,6 +175,15 @@ class Session:
         self._step_events = 0  # events of the probed step (the budget's measure when there is one)
         self._active_steps = options.steps  # steps the scheduled window records (the budget may cut it)
         self._heartbeat: Heartbeat | None = None
+        self._counter: FirstOpTrigger | None = None  # counts calls: the probe, or an over-budget window
+        self._window_counted = False  # one step was measured over the budget: the window is counted too
+        self._partial_step = 0  # the budget ended the recording inside this step (0: not cut)
+        self._probe_cut = False  # the budget ended the probe inside its step
+        self._first_recorded = 0  # the scheduled window's first recorded step
+        self._per_call = 0.0  # the most events per counted torch call a recording measured
+        self._spent: list[FirstOpTrigger] = []  # counters done with, still on the mode stack
+        self._trace_events = 0  # events of the written trace
+        self._write_stopped = False  # a signal stopped the trace's writing: the partial file was removed
         # told (one line) when the window closes while the program goes on; the CLI prints it
         self.on_window_closed: Callable[[str], None] | None = None
         # told what takes long (torch collecting and writing the trace) and budget notes; the CLI prints it
@@ -216,9 +228,9 @@ class Session:
         if not self.cuda:  # where each tensor would live: the ground for would-be syncs
             self._origin = OriginTracker()
             self._origin.install()
-        per_call = EVENTS_PER_CALL_CUDA if self.cuda else EVENTS_PER_CALL
-        limit = -(-self.options.max_events // per_call) if self.options.max_events else 0
-        self._trigger = FirstOpTrigger(self._open_window, self._on_event_budget, limit)
+        self._trigger = FirstOpTrigger(
+            self._open_window, self._on_event_budget, self._call_limit(), self._max_growth()
+        )
         self._trigger.install()
         if self.options.duration is not None:
             self._deadline = time.monotonic() + self.options.duration
@@ -244,8 +256,79 @@ class Session:
         if self._stopped or self._scheduled or self._prof is None or self._aside:
             return
         self._budget_hit = True
-        if not self._in_step and not self._optimizer_depth:
-            self._stop_profiler()
+        if not self._in_step:  # inside an optimizer step too: a profiler stopped there is never restarted
+            self._stop_profiler()  # before the step's record_function ends (the next starts at a step)
+
+    def _call_limit(self) -> int:
+        """The torch calls (seen from Python) worth about ``--max-events`` events; 0 without a budget.
+        A call is worth the default estimate, or more where a recording measured more (calls torch makes
+        itself, a backward pass's ops, are not seen: their events count on the calls that are)."""
+        per_call = max(float(EVENTS_PER_CALL_CUDA if self.cuda else EVENTS_PER_CALL), self._per_call)
+        return max(1, int(self.options.max_events / per_call)) if self.options.max_events else 0
+
+    def _max_growth(self) -> int:
+        """Resident memory a recording may add before it counts as over the budget (its events' memory)."""
+        return self.options.max_events * BYTES_PER_EVENT
+
+    def _learn_rate(self, events: int, calls: int) -> None:
+        """A finished recording made ``events`` events over ``calls`` counted calls."""
+        if events > 0 and calls > 0:
+            self._per_call = max(self._per_call, events / calls)
+
+    def _count_calls(self, on_limit: Callable[[], None]) -> None:
+        """Count this thread's torch calls until ``on_limit`` (the probe step, or a window whose measured
+        step was over the budget). Only on a stack without the program's modes: a mode pushed under
+        the program's own would be popped by the program's exit (``_retrack`` lifts it off to change
+        origin tracking under it)."""
+        self._stop_counting()
+        if not self.options.max_events or threading.get_ident() != self._thread:
+            return
+        depth = self._torch._C._len_torch_function_stack()
+        ours = 1 if self._origin is not None and self._origin.installed else 0  # then it is the one mode
+        if depth > ours:
+            return
+        counter = FirstOpTrigger(lambda: None, on_limit, self._call_limit(), self._max_growth())
+        counter.start_counting()
+        counter.install()
+        self._counter = counter
+
+    def _stop_counting(self) -> None:
+        """Stop counting; the mode comes off now, or (from inside its own handler, or under a mode of the
+        program's) at a later step boundary: ``_drop_spent``."""
+        counter, self._counter = self._counter, None
+        if counter is not None:
+            counter.limit = 0
+            self._spent.append(counter)
+        self._drop_spent()
+
+    def _drop_spent(self) -> None:
+        self._spent = [c for c in self._spent if not c.remove()]
+
+    def _on_probe_budget(self) -> None:
+        """The probe step alone reached the budget: stop recording it now (its events are the measure: one
+        step is over the budget), the step goes on unrecorded."""
+        if self._probing and self._prof is not None and not self._in_step:
+            self._end_probe()
+            self._probing = self._probe_cut = True  # the step's end still starts the scheduled window
+
+    def _on_window_budget(self) -> None:
+        """The scheduled window reached the budget inside a step: stop recording now (the window ends
+        with a partial step, said in the notes)."""
+        if self._stopped or self._prof is None or not self._scheduled or self._in_step:
+            return
+        if self._prof.current_action.name not in _RECORDING:
+            return
+        self._partial_step = self._steps + 1
+        self._window_done = True
+        self._stop_profiler()
+
+    def _partial_note(self, events: int) -> str:
+        n = self._partial_step
+        return (
+            f"--max-events {self.options.max_events:,}: the budget was reached inside step {n}: recording "
+            f"stopped there ({events:,} events), so the last step (ProfilerStep#{n}) is partial; raise "
+            "--max-events for whole steps"
+        )
 
     def _budget_window_note(self, prof: Any) -> str:
         covered = time.monotonic() - self._window_opened
@@ -358,6 +441,7 @@ class Session:
         self._progress(note)
         self._awaiting_start = False
         self._exit_recorder(keep=False)
+        self._stop_counting()
         if self._trigger is not None:
             self._trigger.remove()
         prof, self._prof = self._prof, None
@@ -380,6 +464,7 @@ class Session:
         if not self._stopped:
             self._stopped = True
             self._disarm_alarm()
+            self._stop_counting()
             if self._trigger is not None:
                 self._trigger.remove()
             if self._origin is not None:
@@ -430,6 +515,9 @@ class Session:
             profiled_steps=[self._window_first, self._window_last] if self._window_last else None,
             stepped_aside=self._aside,
             dataloaders=list(self._loaders.loaders),
+            partial_step=self._partial_step if self._exported else 0,
+            trace_events=self._trace_events if self._exported else 0,
+            write_stopped=self._write_stopped,
         )
 
     def _step_source(self) -> str | None:
@@ -516,7 +604,7 @@ class Session:
         if self._stopped or self._aside:
             return
         opened = self._scheduled or self.options.duration is not None
-        if self._prof is None and not self._awaiting_start and opened:
+        if self._prof is None and not self._awaiting_start and not self._probing and opened:
             return
         self._in_step = True
         try:
@@ -528,6 +616,7 @@ class Session:
         self._retrack()
 
     def _advance(self, inside_record_function: bool) -> None:
+        self._drop_spent()
         if self.options.duration is not None:
             if self._deadline is not None and time.monotonic() >= self._deadline:
                 self._stop_profiler()
@@ -562,6 +651,7 @@ class Session:
         self._prof.step()
         if self._prof is not None and self._prof.current_action.name in _RECORDING:
             self._enter_recorder()
+            self._count_window()
 
     def _sync_step_num(self) -> None:
         """Before ``prof.step()``: the step it opens is the run's next one (``ProfilerStep#N`` is the run's
@@ -630,36 +720,51 @@ class Session:
             prof.stop()
         if self.options.max_events:
             self._first_step_events = recorded_events(prof)
+            if self._trigger is not None:
+                self._learn_rate(self._first_step_events, self._trigger.calls)
         release(prof)
 
     def _start_probe(self) -> None:
         """Record the second step alone (one of the skipped steps): how many events a step makes once
-        the first step's warm-up (lazy initialisation, optimizer state, caches) is over."""
+        the first step's warm-up (lazy initialisation, optimizer state, caches) is over. Its torch calls
+        are counted: at the budget the probe stops (a step over the budget is measured as that much)."""
         self._prof = self._profiler(schedule=None)
         self._prof.on_trace_ready = None  # never the trace
         self._prof.start()
         self._probing = True
+        self._count_calls(self._on_probe_budget)
 
     def _end_probe(self) -> None:
+        calls = self._counter.calls if self._counter is not None else 0
+        self._stop_counting()
         prof, self._prof = self._prof, None
         self._probing = False
+        if prof is None:  # the budget stopped it inside the step
+            return
         self._probed_steps += 1
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             prof.stop()
         self._step_events = recorded_events(prof)
+        self._learn_rate(self._step_events, calls)
         release(prof)
 
     def _start_scheduled(self) -> None:
         self._awaiting_start = False
         o = self.options
         skip = max(0, o.skip - self._probed_steps)  # the probe step was one of the skipped ones
-        measured, events = "the first step", self._first_step_events
+        measured, events, over = "the first step", self._first_step_events, False
         if self._fallback_cut:  # its events are unknown: more than the budget with the setup before it
             measured, events = "the run up to its first step (cut at the budget)", o.max_events
         if self._probed_steps and self._step_events:
             measured, events = f"step {self._steps}", self._step_events
-        self._active_steps, note = budget_steps(events, o.max_events, o.steps, measured)
+            over = self._probe_cut  # recorded up to the budget, then not
+            if over:
+                events = max(events, o.max_events)
+        self._active_steps, note = budget_steps(events, o.max_events, o.steps, measured, over)
+        # one step over the budget: count the window's calls, to stop inside a step at the budget (never in
+        # a window of steps that fit: counting slows each torch call made from Python by about 1.6 us)
+        self._window_counted = bool(o.max_events) and events >= o.max_events
         if note is not None:
             self.notes.append(note)
             self._progress(note)
@@ -671,12 +776,18 @@ class Session:
         first = self._steps + 1  # the step starting now, numbered as the run counts (and stderr says)
         recorded = first + skip + o.warmup  # the first recorded step
         self._window_first = recorded
+        self._first_recorded = recorded
         self._tracked_steps = frozenset({recorded - 1 if recorded > first else recorded})
         self._prof = self._profiler(schedule=lambda n: base(max(n - first, 0)))
         renumber(self._prof, first)
         self._prof.start()
         if self._prof.current_action.name in _RECORDING:
             self._enter_recorder()
+            self._count_window()
+
+    def _count_window(self) -> None:
+        if self._window_counted and self._counter is None:
+            self._count_calls(self._on_window_budget)
 
     def _mode(self) -> str:
         if self.options.duration is not None:
@@ -696,7 +807,7 @@ class Session:
                 extra["experimental_config"] = torch.profiler._ExperimentalConfig(
                     enable_cuda_sync_events=True
                 )
-        prof = torch.profiler.profile(
+        prof = quiet_profiler(torch)(
             activities=activities,
             schedule=schedule,
             on_trace_ready=self._on_trace_ready,
@@ -713,13 +824,24 @@ class Session:
         self.trace_path.parent.mkdir(parents=True, exist_ok=True)
         if self._heartbeat is not None:
             self._heartbeat.stage("writing the trace")
+        self._stop_counting()
         try:
-            prof.export_chrome_trace(str(self.trace_path))
+            self._trace_events = write_trace(prof, self.trace_path)
+        except BaseException:  # a signal stopped the writing: no partial file stays
+            self._write_stopped = True
+            self.trace_path.unlink(missing_ok=True)
+            raise
         finally:
             written = self._collected()
         self._exported = True
         if self._scheduled and self._window_first:
             self._window_last = self._steps if self._steps >= self._window_first else 0
+        if not self._scheduled and self._trigger is not None:  # the budget ended the run's first recording
+            self._learn_rate(self._trace_events, self._trigger.calls)
+        if self._partial_step:
+            note = self._partial_note(self._trace_events)
+            self.notes.append(note)
+            self._progress(note)
         if self._budget_hit and self._budget_note is None:
             self._budget_note = self._budget_window_note(prof)
             if self.options.duration is None:  # the fallback: the whole run's window unless a step comes
@@ -728,6 +850,10 @@ class Session:
         if self.on_window_closed is not None and not self._stopped:
             first = self._window_first or max(1, self._steps - self._active_steps + 1)
             window = f"steps {first}-{self._steps}" if first < self._steps else f"step {first}"
+            if self._partial_step:
+                first, last = min(self._first_recorded, self._partial_step), self._partial_step
+                window = f"steps {first}-{last}" if first < last else f"step {last}"
+                window += " (the last one partial)"
             if self.options.duration is not None or self._budget_hit:
                 window = "the first seconds"
             self.on_window_closed(
@@ -811,6 +937,8 @@ class Session:
         if origin is None or threading.get_ident() != self._thread:
             return
         want = self._wants_origin()
+        counter = self._counter  # on top of origin tracking: lifted off while that changes
+        lifted = counter is not None and counter.installed and counter.remove()
         if want and not origin.installed:
             if self._torch._C._len_torch_function_stack() == 0:
                 origin.install()
@@ -820,6 +948,8 @@ class Session:
             self._enter_recorder(learning=True)  # the step before the window: learn the sites
         if self._recorder is not None:
             self._recorder.tracked = origin.installed
+        if lifted and counter is not None:
+            counter.install()
 
     def _exit_recorder(self, keep: bool) -> None:
         rec, self._recorder = self._recorder, None

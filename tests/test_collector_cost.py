@@ -222,7 +222,8 @@ def test_origin_tracking_is_off_inside_the_window_and_sites_keep_their_verdict(
     assert len(steps) == 10
     profiled = [i for i, (_, on) in enumerate(steps) if on == "True" and i > 0]
     assert profiled == [1, 3, 4, 5]  # the second step is the event budget's probe; 3-5 the window
-    assert [mode for mode, _ in steps] == ["2", "0", "1", "0", "0", "0", "0", "0", "0", "0"]
+    # (the probe, step 1, has the budget's call counter; step 2 origin tracking, where sites are learnt)
+    assert [mode for mode, _ in steps] == ["2", "1", "1", "0", "0", "0", "0", "0", "0", "0"]
     # AND the model output's read is a would-be sync in each recorded step, the host tensor's is not
     sites = json.loads((out / SIDECAR_NAME).read_text())["sync_sites"]
     by_line = {s["line"]: s for s in sites if s["op"] == "Tensor.item"}

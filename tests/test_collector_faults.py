@@ -68,12 +68,15 @@ def test_ending_signals_write_the_bundle(tmp_path: Path, signum: signal.Signals)
         assert proc.stdout.readline().strip() == "in the window"
         # WHEN the signal arrives
         proc.send_signal(signum)
-        _, stderr = proc.communicate(timeout=120)
+        stdout, stderr = proc.communicate(timeout=120)
     finally:
         proc.kill()
     # THEN exit 128 + n, one line saying so, a bundle with what was profiled, no staging folder
     assert proc.returncode == 128 + signum, stderr
-    assert "interrupted: the bundle holds what ran until then" in stderr and "Traceback" not in stderr
+    assert f"  bundle    {out}" in stdout
+    (closing,) = [line for line in stderr.splitlines() if "the bundle holds what ran until then" in line]
+    assert closing.startswith(f"stallscope: interrupted (exit code {proc.returncode}): traced ")
+    assert "Traceback" not in stderr
     assert len(step_names(out)) >= 3
     assert read_sidecar(out)["run"]["exit_code"] == 128 + signum
     assert _staging_left(tmp_path) == []

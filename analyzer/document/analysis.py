@@ -77,7 +77,7 @@ def _document(a: Analysis, encoded: bool) -> dict[str, Any]:
             "unpaired_flows": report.unpaired_flows,
             "unlinked_device_events": report.unlinked_device_events,
             "counter_samples": report.counter_samples,
-            "notes": list(a.notes) + list(report.notes) + counter_notes,
+            "notes": list(a.notes) + list(report.notes) + counter_notes + recording_notes(a),
         },
         "window": {
             "start_us": a.window.start_us,
@@ -273,3 +273,16 @@ def _gap(a: Analysis, g: Gap, sync_of: dict[int, int]) -> _GapEntry:
         sync_of.get(g.blocking_call) if g.blocking_call >= 0 else None,
         g.charged_us,
     )
+
+
+def recording_notes(a: Analysis) -> list[str]:
+    """What the collector's sidecar says about the recording itself: a last step cut by the event
+    budget (``run.partial_step``)."""
+    run = a.sidecar.run if a.sidecar is not None else {}
+    partial = run.get("partial_step")
+    if not isinstance(partial, int) or isinstance(partial, bool) or partial <= 0:
+        return []
+    return [
+        f"step {partial} is partial: the event budget (--max-events) ended the recording inside it, "
+        "so its figures cover only its start"
+    ]

@@ -11,9 +11,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from stallscope.analyzer.core.errors import StallscopeError, UsageError
+from stallscope.collector.options import Capture
 from stallscope.collector.window import DEFAULT_MAX_EVENTS
 
 _PY_SUFFIXES = (".py", ".pyw")
+_SIGNAL_CODES = (129, 130, 143)  # SIGHUP, SIGINT, SIGTERM
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -46,8 +48,8 @@ def configure(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_MAX_EVENTS,
         metavar="N",
         help=f"event budget: profile fewer steps when a measured step shows more would exceed N events, "
-        f"or end a window without steps (whole run, --duration) at about N (default {DEFAULT_MAX_EVENTS:,}; "
-        "0: no limit)",
+        f"end a window without steps (whole run, --duration) at about N, and stop inside a step bigger "
+        f"than N (the last step partial) (default {DEFAULT_MAX_EVENTS:,}; 0: no limit)",
     )
     p.add_argument("--no-analyze", action="store_true", help="write the bundle, do not print the verdict")
     p.add_argument(
@@ -105,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     if rec.capture.stepped_aside:  # said once when it happened; the program's own trace is the answer
         print(f"  bundle    {rec.bundle}")
         return rec.exit_code
-    _report(rec.exit_code, rec.bundle, traced, rec.capture.mode, rec.capture.steps_seen, args)
+    _report(rec.exit_code, rec.bundle, rec.capture, args)
     if args.upload and traced:
         uploaded = _upload(rec.bundle, args.upload)
         if not uploaded and rec.exit_code == 0:
@@ -174,31 +176,54 @@ def _check_module(name: str) -> str:
     return name.rsplit(".", 1)[-1]
 
 
-def _report(code: int, bundle: Path, traced: bool, mode: str, steps: int, args: argparse.Namespace) -> None:
-    """After the run: what was captured, the verdict, the bundle and the next command."""
+def _report(code: int, bundle: Path, capture: Capture, args: argparse.Namespace) -> None:
+    """After the run: what was captured (one line, from the capture alone), the verdict, the bundle and
+    the next command."""
 
     def say(msg: str) -> None:
         print(f"stallscope: {msg}", file=sys.stderr)
 
-    if code in (129, 130, 143):  # SIGHUP, SIGINT, SIGTERM
-        say("interrupted: the bundle holds what ran until then")
-    if not traced:
-        say(
-            f"the run made {steps} step(s), too few to reach the window (--skip {args.skip} + --warmup "
-            f"{args.warmup}, after the first step, or the first two with an optimizer): nothing was traced "
-            "(step timing is in the sidecar); try --skip 0 --warmup 0"
-        )
-    elif mode == "whole_run":
-        say(
-            "no steps seen (no optimizer.step() or stallscope.step()): profiled the whole run from its "
-            "first torch call (imports are not profiled)"
-        )
+    say(_what_was_recorded(code, capture, args))
     sys.stdout.flush()
+    traced = capture.trace is not None
     if traced and not args.no_analyze:
         _analyze(bundle)
     print(f"  bundle    {bundle}")
     if traced:
         print(f"  next      stallscope report {bundle}")
+    sys.stdout.flush()
+
+
+def _what_was_recorded(code: int, capture: Capture, args: argparse.Namespace) -> str:
+    """The one line that says what the bundle holds and why, from the capture."""
+    steps = capture.steps_seen
+    how = (
+        f"interrupted (exit code {code})" if code in _SIGNAL_CODES else f"the program exited with code {code}"
+    )
+    if capture.trace is not None:
+        what = f"traced {capture.trace_events:,} events" if capture.trace_events else "traced"
+        if capture.partial_step:
+            what += f", the last step ({capture.partial_step}) partial (--max-events)"
+        if capture.mode == "whole_run":
+            what += (
+                ": profiled the whole run from its first torch call (no steps seen: no optimizer.step() "
+                "or stallscope.step())"
+            )
+        if code in _SIGNAL_CODES:
+            return f"{how}: {what}; the bundle holds what ran until then"
+        return f"{how}: {what}" if code else what
+    if capture.write_stopped:
+        return (
+            f"{how}: stopped while the trace was being written; the partial trace was removed "
+            "(step timing is in the sidecar)"
+        )
+    if code != 0:
+        return f"{how} after {steps} step(s), before the profiled window: nothing was traced"
+    return (
+        f"the run made {steps} step(s), too few to reach the window (--skip {args.skip} + --warmup "
+        f"{args.warmup}, after the first step, or the first two with an optimizer): nothing was traced "
+        "(step timing is in the sidecar); try --skip 0 --warmup 0"
+    )
 
 
 def _analyze(bundle: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from stallscope.analyzer.analysis import Analysis
 from stallscope.analyzer.core.model import LaneKind
 from stallscope.analyzer.core.numbers import ratio
+from stallscope.analyzer.document.analysis import recording_notes
 from stallscope.analyzer.findings.latent import UNMEASURED, measured
 from stallscope.analyzer.load.counters import window_stats
 from stallscope.analyzer.passes.replay import Scenario
@@ -281,5 +282,5 @@ def _ignored(a: Analysis) -> list[str]:
     if r.unlinked_device_events:
         parts.append(f"{r.unlinked_device_events:,} device events with no launch call in the trace")
     out = [f"  skipped   {p}" for p in parts]
-    out += [f"  note      {n}" for n in (*a.notes, *r.notes)]
+    out += [f"  note      {n}" for n in (*a.notes, *r.notes, *recording_notes(a))]
     return out
