@@ -6,6 +6,12 @@
     GET    /api/traces/<id>/analysis   the analysis JSON (schema stallscope.analysis/3)
     GET    /api/traces/<id>/annotated  the trace with the analysis as extra tracks (gzip), for Perfetto UI
     DELETE /api/traces/<id>            204
+    POST   /api/traces/<id>/pin        the entry, pinned: kept when the store is over its limit
+    DELETE /api/traces/<id>/pin        the entry, unpinned
+    GET    /api/store                  {usage_bytes, limit_bytes}
+
+A dashboard started with a token answers 401 to any request without it (``stallscope.dashboard.auth``).
+An upload the store cannot make room for (everything older pinned or being analysed) is answered 507.
 
 Every error is a JSON object ``{"error": "<one line>"}`` with a 4xx status (5xx only for a corrupt entry or
 a bug), never a traceback or an HTML page. Ids are checked against the store's id shape before any file is
@@ -20,7 +26,7 @@ from flask import Blueprint, Flask, Response, jsonify, request, send_file
 from werkzeug.exceptions import HTTPException
 
 from stallscope.dashboard.services import Services
-from stallscope.dashboard.store import CorruptEntry, NotReady, TooLarge, UnknownTrace
+from stallscope.dashboard.store import CorruptEntry, NotReady, StoreFull, TooLarge, UnknownTrace
 from stallscope.dashboard.unpack import BadUpload
 
 log = logging.getLogger("stallscope.dashboard")
@@ -84,6 +90,18 @@ def _blueprint(services: Services) -> Blueprint:
         store.delete(trace_id)
         return "", 204
 
+    @api.post("/traces/<trace_id>/pin")
+    def pin(trace_id: str) -> Response:
+        return jsonify(store.pin(trace_id).to_json())
+
+    @api.delete("/traces/<trace_id>/pin")
+    def unpin(trace_id: str) -> Response:
+        return jsonify(store.pin(trace_id, pinned=False).to_json())
+
+    @api.get("/store")
+    def usage() -> Response:
+        return jsonify(usage_bytes=store.usage(), limit_bytes=store.limit_bytes)
+
     @api.route("/", defaults={"rest": ""}, methods=["GET", "POST", "DELETE", "PUT", "PATCH"])
     @api.route("/<path:rest>", methods=["GET", "POST", "DELETE", "PUT", "PATCH"])
     def nothing(rest: str) -> tuple[Response, int]:
@@ -106,6 +124,10 @@ def _errors(api: Blueprint, services: Services) -> None:
     @api.errorhandler(TooLarge)
     def too_large(exc: TooLarge) -> tuple[Response, int]:
         return jsonify(error=str(exc)), 413
+
+    @api.errorhandler(StoreFull)
+    def full(exc: StoreFull) -> tuple[Response, int]:
+        return jsonify(error=str(exc)), 507
 
     @api.errorhandler(BadUpload)
     def bad_upload(exc: BadUpload) -> tuple[Response, int]:

@@ -17,6 +17,7 @@ from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
 from stallscope.dashboard import pages
 from stallscope.dashboard.api import register_api
+from stallscope.dashboard.auth import check_token, redact, require_token
 from stallscope.dashboard.pages.common import Shell
 from stallscope.dashboard.palette import FONT_FAMILY, TEXT
 from stallscope.dashboard.services import Services
@@ -26,9 +27,12 @@ from stallscope.dashboard.worker import Limits, Worker
 DEFAULT_MAX_UPLOAD_MB = 512
 
 
-def create_app(services: Services) -> dash.Dash:
-    """The app over ``services``; its Flask server is ``app.server``."""
+def create_app(services: Services, token: str | None = None) -> dash.Dash:
+    """The app over ``services``; its Flask server is ``app.server``. With a ``token`` every page, Dash
+    callback, asset and API route needs it (``stallscope.dashboard.auth``); without one, none does."""
     server = Flask("stallscope.dashboard")
+    if token is not None:
+        require_token(server, check_token(token))
     register_api(server, services)
     quiet: Any = {"update_title": None}  # no "Updating..." flicker in the tab title
     app = dash.Dash(
@@ -64,28 +68,41 @@ def create_app(services: Services) -> dash.Dash:
 
 
 def open_services(
-    store_dir: str | Path, max_upload_mb: int, processes: bool = True, limits: Limits | None = None
+    store_dir: str | Path,
+    max_upload_mb: int,
+    processes: bool = True,
+    limits: Limits | None = None,
+    store_limit_mb: float | None = None,
 ) -> Services:
-    """Open (or create) the store, start the analysis worker (each analysis under ``limits``) and queue
-    what a previous run left unfinished."""
-    store = Store(store_dir)
+    """Open (or create) the store (holding at most ``store_limit_mb``, None: no limit), start the
+    analysis worker (each analysis under ``limits``) and queue what a previous run left unfinished."""
+    store = Store(store_dir, limit_bytes=None if store_limit_mb is None else int(store_limit_mb * (1 << 20)))
     services = Services(store, Worker(store, processes=processes, limits=limits), max_upload_mb << 20)
     assert services.worker is not None
     services.worker.resume()
     return services
 
 
-class _PlainRequestLog(WSGIRequestHandler):
-    """werkzeug's request log line without its ANSI colours, for a log that is not a terminal."""
+class _RedactedRequestLog(WSGIRequestHandler):
+    """werkzeug's request log line with any ``?token=`` value hidden."""
 
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
-        line = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in self.requestline)
+        self.requestline = redact(self.requestline)
+        super().log_request(code, size)
+
+
+class _PlainRequestLog(WSGIRequestHandler):
+    """werkzeug's request log line without its ANSI colours, for a log that is not a terminal (and with
+    any ``?token=`` value hidden)."""
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        line = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in redact(self.requestline))
         self.log("info", '"%s" %s %s', line, getattr(code, "value", code), size)
 
 
 def _request_handler() -> type[WSGIRequestHandler]:
     coloured = sys.stderr.isatty() and not os.environ.get("NO_COLOR")
-    return WSGIRequestHandler if coloured else _PlainRequestLog
+    return _RedactedRequestLog if coloured else _PlainRequestLog
 
 
 class Running:

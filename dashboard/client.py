@@ -1,6 +1,9 @@
 """Upload a trace to a running dashboard with the standard library only (no ``requests``): used by
 ``stallscope upload FILE --to URL`` and ``stallscope profile --upload URL``.
 
+A dashboard that needs a token gets it as ``Authorization: Bearer TOKEN``: the ``token`` argument, else
+``$STALLSCOPE_DASHBOARD_TOKEN``, else a ``?token=`` in the dashboard's URL (the one it printed at start).
+
 The multipart body is streamed from the file, so a trace of any size is never held in memory. A folder
 (a stallscope bundle or a folder of rank files) is sent as a ``.tar.gz`` of its regular files.
 """
@@ -8,6 +11,7 @@ The multipart body is streamed from the file, so a trace of any size is never he
 from __future__ import annotations
 
 import json
+import os
 import tarfile
 import tempfile
 import time
@@ -29,7 +33,12 @@ class UploadError(StallscopeError):
 
 
 def upload(
-    path: str | Path, url: str, *, timeout: float = 600.0, tags: tuple[str, ...] = ()
+    path: str | Path,
+    url: str,
+    *,
+    timeout: float = 600.0,
+    tags: tuple[str, ...] = (),
+    token: str | None = None,
 ) -> dict[str, Any]:
     """POST ``path`` to the dashboard at ``url`` (``http://host:port``); returns the dashboard's answer
     ``{"id", "url", "status"}``. Raises ``UploadError`` with the server's reason on failure."""
@@ -40,31 +49,38 @@ def upload(
         with tempfile.TemporaryDirectory(prefix="stallscope-upload-") as tmp:
             packed = Path(tmp) / f"{p.resolve().name or 'bundle'}.tar.gz"
             _pack(p, packed)
-            return _post(packed, url, timeout, tags)
-    return _post(p, url, timeout, tags)
+            return _post(packed, url, timeout, tags, token)
+    return _post(p, url, timeout, tags, token)
 
 
-def status(trace_id: str, url: str, timeout: float = 30.0) -> dict[str, Any]:
+def status(trace_id: str, url: str, timeout: float = 30.0, token: str | None = None) -> dict[str, Any]:
     """The dashboard's entry for ``trace_id`` (``status``, ``progress``, ``error``, ``summary``)."""
-    return _json(_open(urllib.request.Request(_api(url, f"traces/{trace_id}")), timeout))
+    request = urllib.request.Request(_api(url, f"traces/{trace_id}"), headers=_auth(url, token))
+    return _json(_open(request, timeout))
 
 
-def wait(trace_id: str, url: str, timeout: float = 600.0, poll_s: float = 0.5) -> dict[str, Any]:
+def wait(
+    trace_id: str, url: str, timeout: float = 600.0, poll_s: float = 0.5, token: str | None = None
+) -> dict[str, Any]:
     """Poll until the upload is analysed (or failed); returns the final entry."""
     deadline = time.monotonic() + timeout
     while True:
-        entry = status(trace_id, url)
+        entry = status(trace_id, url, token=token)
         if entry.get("status") not in ("pending", "analysing") or time.monotonic() > deadline:
             return entry
         time.sleep(poll_s)
 
 
 def base_url(url: str) -> str:
-    """The dashboard's address as given: ``http://host:port``, or a bare ``host:port`` (http assumed)."""
+    """The dashboard's address as given: ``http://host:port``, or a bare ``host:port`` (http assumed);
+    a ``?token=`` (the URL a dashboard prints at start) is left out."""
     url = url.strip()
     if "://" not in url:
         url = f"http://{url}"
     parts = urllib.parse.urlsplit(url)
+    if parts.query or parts.fragment:
+        parts = parts._replace(query="", fragment="")
+        url = urllib.parse.urlunsplit(parts)
     try:
         parts.port  # noqa: B018 (raises ValueError on a port that is not a number in range)
     except ValueError:
@@ -74,6 +90,23 @@ def base_url(url: str) -> str:
             f"--to {url}: give the dashboard's address, like 127.0.0.1:8050 or http://host:8050"
         )
     return url.rstrip("/")
+
+
+def token_for(url: str, token: str | None = None) -> str | None:
+    """The token to send: ``token``, else ``$STALLSCOPE_DASHBOARD_TOKEN``, else the URL's ``?token=``."""
+    from stallscope.dashboard.auth import ENV
+
+    if token:
+        return token
+    if os.environ.get(ENV):
+        return os.environ[ENV]
+    query = urllib.parse.urlsplit(url.strip() if "://" in url else f"http://{url.strip()}").query
+    return urllib.parse.parse_qs(query).get("token", [None])[0]
+
+
+def _auth(url: str, token: str | None) -> dict[str, str]:
+    found = token_for(url, token)
+    return {"Authorization": f"Bearer {found}"} if found else {}
 
 
 def _api(url: str, route: str) -> str:
@@ -87,7 +120,7 @@ def _pack(folder: Path, target: Path) -> None:
                 tf.add(f, arcname=str(f.relative_to(folder)), recursive=False)
 
 
-def _post(path: Path, url: str, timeout: float, tags: tuple[str, ...]) -> dict[str, Any]:
+def _post(path: Path, url: str, timeout: float, tags: tuple[str, ...], token: str | None) -> dict[str, Any]:
     boundary = f"stallscope-{uuid.uuid4().hex}"
     name = path.name.replace('"', "_").replace("\r", "_").replace("\n", "_")
     fields = b""
@@ -116,7 +149,11 @@ def _post(path: Path, url: str, timeout: float, tags: tuple[str, ...]) -> dict[s
         _api(url, "traces"),
         data=body(),
         method="POST",
-        headers={"Content-Type": f"multipart/form-data; boundary={boundary}", "Content-Length": str(size)},
+        headers={
+            "Content-Type": f"multipart/form-data; boundary={boundary}",
+            "Content-Length": str(size),
+            **_auth(url, token),
+        },
     )
     return _json(_open(request, timeout))
 

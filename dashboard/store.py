@@ -87,6 +87,11 @@ class TooLarge(BadUpload):
     pass
 
 
+class StoreFull(BadUpload):
+    """The store cannot make room for an upload within its limit (every older entry is pinned or still
+    being analysed)."""
+
+
 class NoSuchRank(StoreError):
     """A rank the entry's job does not have (or a rank number that is not one)."""
 
@@ -102,6 +107,7 @@ class Entry:
     error: str
     tags: tuple[str, ...]
     summary: dict[str, Any] | None  # ``headline.catalog_summary`` once ready (headline numbers)
+    pinned: bool = False  # kept when the store is over its limit
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -114,6 +120,7 @@ class Entry:
             "error": self.error,
             "tags": list(self.tags),
             "summary": self.summary,
+            "pinned": self.pinned,
         }
 
 
@@ -140,20 +147,29 @@ create table if not exists traces (
     utilization real, bottleneck text, avoidable_syncs integer, est_saving_us real, wall_us real
 )
 """
-_COLUMNS = "id, name, uploaded_at, size_bytes, tags, status, progress, error, summary"
+_COLUMNS = "id, name, uploaded_at, size_bytes, tags, status, progress, error, summary, pinned"
 
 
 class Store:
     """One store folder. Safe to share between threads and processes: each call opens its own SQLite
-    connection and every write is one transaction."""
+    connection and every write is one transaction.
 
-    def __init__(self, root: str | Path) -> None:
+    ``limit_bytes`` (None: no limit) caps what the entries' folders hold on disk: an upload, and each
+    analysis result, first removes the oldest unpinned entries that are not waiting for or under analysis
+    until the store fits; an upload that cannot fit even then is refused (``StoreFull``)."""
+
+    def __init__(self, root: str | Path, limit_bytes: int | None = None) -> None:
         self.root = Path(root)
+        self.limit_bytes = limit_bytes
         for sub in ("tmp", "traces"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         with self._db() as db:
             db.execute("pragma journal_mode=wal")
             db.execute(_SCHEMA)
+            columns = {r[1] for r in db.execute("pragma table_info(traces)")}
+            if "pinned" not in columns:  # a store made before pins
+                db.execute("alter table traces add column pinned integer not null default 0")
+        self._room = threading.Lock()  # one eviction at a time in this process
         self._models: OrderedDict[str, TraceModel] = OrderedDict()
         self._docs: OrderedDict[str, tuple[tuple[str, int, int], dict[str, Any]]] = OrderedDict()
         self._lock = threading.Lock()
@@ -194,6 +210,7 @@ class Store:
                 raise BadUpload("the uploaded file is empty")
             (staging / "input").mkdir()
             loadable = Path("input") / place(upload, staging / "input", max_bytes)
+            self._make_room(_disk_bytes(staging), keep=())
             staging.rename(self.root / "traces" / trace_id)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
@@ -271,6 +288,60 @@ class Store:
         if old and old[0] and old[0] != result:
             shutil.rmtree(folder / old[0], ignore_errors=True)
         return self.get(trace_id)
+
+    def fit(self, keep: tuple[str, ...] = ()) -> None:
+        """Remove the oldest unpinned settled entries (not those in ``keep``) while the store is over its
+        limit; what is pinned or being analysed stays even if that leaves it over (the worker calls this
+        after each analysis, whose result adds to the store)."""
+        with contextlib.suppress(StoreFull):
+            self._make_room(0, keep)
+
+    def pin(self, trace_id: str, pinned: bool = True) -> Entry:
+        """Keep (or stop keeping) the entry when the store is over its limit."""
+        with self._db() as db:
+            found = db.execute(
+                "update traces set pinned = ? where id = ?", (int(pinned), check_id(trace_id))
+            ).rowcount
+        if not found:
+            raise UnknownTrace(trace_id)
+        return self.get(trace_id)
+
+    def usage(self) -> int:
+        """Bytes the entries' folders hold on disk now."""
+        return _disk_bytes(self.root / "traces")
+
+    def _make_room(self, incoming: int, keep: tuple[str, ...]) -> None:
+        """Remove the oldest unpinned, settled (ready, error, corrupt) entries not in ``keep`` until the
+        store and ``incoming`` more bytes fit its limit; ``StoreFull`` if they cannot."""
+        if self.limit_bytes is None:
+            return
+        with self._room:
+            used = self.usage()
+            if used + incoming <= self.limit_bytes:
+                return
+            with self._db() as db:
+                candidates = [
+                    r[0]
+                    for r in db.execute(
+                        "select id from traces where pinned = 0 and status not in (?, ?) order by uploaded_at",
+                        (Status.PENDING.value, Status.ANALYSING.value),
+                    )
+                ]
+            for trace_id in candidates:
+                if used + incoming <= self.limit_bytes:
+                    return
+                if trace_id in keep:
+                    continue
+                freed = _disk_bytes(self._folder(trace_id))
+                with contextlib.suppress(UnknownTrace):
+                    self.delete(trace_id)
+                    used -= freed
+            if used + incoming > self.limit_bytes:
+                mb = self.limit_bytes / (1 << 20)
+                raise StoreFull(
+                    f"the store is full ({used / (1 << 20):.1f} of {mb:.0f} MB, the rest pinned or being"
+                    " analysed): unpin or delete traces to make room"
+                )
 
     def delete(self, trace_id: str) -> None:
         """Remove the entry and its files. The catalog row goes first, so a reader never sees a row
@@ -529,7 +600,7 @@ def _rank_file(path: Path, doc: dict[str, Any], rank: int | None) -> Path:
 
 
 def _entry(row: tuple[Any, ...]) -> Entry:
-    trace_id, name, at, size, tags, status, progress, error, summary = row
+    trace_id, name, at, size, tags, status, progress, error, summary, pinned = row
     return Entry(
         trace_id,
         name,
@@ -540,6 +611,7 @@ def _entry(row: tuple[Any, ...]) -> Entry:
         error,
         tuple(json.loads(tags)),
         json.loads(summary) if summary else None,
+        bool(pinned),
     )
 
 
@@ -552,6 +624,16 @@ def _copy_limited(data: IO[bytes], target: Path, max_bytes: int) -> int:
                 raise TooLarge(f"upload is larger than the limit of {max_bytes // (1 << 20)} MB")
             out.write(chunk)
     return size
+
+
+def _disk_bytes(folder: Path) -> int:
+    """Bytes of the regular files under ``folder`` (a file that vanishes while counted counts 0)."""
+    total = 0
+    for dirpath, _dirs, files in os.walk(folder):
+        for f in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(dirpath, f)).st_size
+    return total
 
 
 def _display_name(name: str) -> str:

@@ -177,7 +177,9 @@ class Worker:
             future = self._pool.submit(analyse_entry, str(self.store.root), trace_id, self.limits)
         timeout = self._time_limit(trace_id)
         try:
-            done.set_result(future.result(timeout=timeout + KILL_GRACE_S if self._processes else None))
+            status = future.result(timeout=timeout + KILL_GRACE_S if self._processes else None)
+            self.store.fit(keep=(trace_id,))  # its result added to the store: older entries make room
+            done.set_result(status)
         except cf.TimeoutError:
             self._replace_pool(kill=True)
             self._fail(trace_id, f"the analysis did not finish within {timeout:.0f} s and was stopped")

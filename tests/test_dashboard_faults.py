@@ -169,7 +169,7 @@ def test_a_hung_analysis_fails_only_its_entry(tmp_path: Path, monkeypatch: pytes
 
 
 def _start_dashboard(store: Path) -> tuple[subprocess.Popen[str], str]:
-    cmd = [sys.executable, "-m", "stallscope", "dashboard", "--store", str(store), "--port", "0"]
+    cmd = [sys.executable, "-m", "stallscope", "dashboard", "--store", str(store), "--port", "0", "--no-auth"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     assert proc.stdout is not None
     line = proc.stdout.readline()  # "stallscope dashboard: http://127.0.0.1:PORT  (store ...)"
@@ -230,7 +230,17 @@ def test_an_analysis_over_its_memory_limit_fails_only_its_entry(
 @pytest.mark.parametrize("log", [False, True])
 def test_the_request_log_is_off_unless_asked_and_plain_when_not_a_terminal(tmp_path: Path, log: bool) -> None:
     # GIVEN `stallscope dashboard` with its stderr going to a pipe (not a terminal), with and without --log
-    cmd = [sys.executable, "-m", "stallscope", "dashboard", "--store", str(tmp_path / "s"), "--port", "0"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "stallscope",
+        "dashboard",
+        "--store",
+        str(tmp_path / "s"),
+        "--port",
+        "0",
+        "--no-auth",
+    ]
     proc = subprocess.Popen(
         cmd + (["--log"] if log else []), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )

@@ -18,7 +18,16 @@ from stallscope.analyzer.analysis import analyze
 from stallscope.analyzer.document.analysis import to_json
 from stallscope.analyzer.load.loader import load
 from stallscope.dashboard.headline import best_saving
-from stallscope.dashboard.store import CorruptEntry, NotReady, Status, Store, TooLarge, UnknownTrace, check_id
+from stallscope.dashboard.store import (
+    CorruptEntry,
+    NotReady,
+    Status,
+    Store,
+    StoreFull,
+    TooLarge,
+    UnknownTrace,
+    check_id,
+)
 from stallscope.dashboard.unpack import BadUpload
 from stallscope.dashboard.worker import analyse_entry
 
@@ -261,3 +270,73 @@ def test_bundles_with_links_or_too_many_bytes_are_refused(tmp_path: Path) -> Non
     with pytest.raises(BadUpload, match="unpacks to more than"):
         store.add("bomb.zip", io.BytesIO(bomb.read_bytes()), MB)
     assert store.entries() == []
+
+
+def _settled(store: Store, name: str, size: int) -> str:
+    """GIVEN a ``size``-byte JSON upload whose analysis is over (here: failed), so the limit may drop it."""
+    data = b'{"traceEvents": [' + b" " * (size - 19) + b"]}"
+    trace_id = store.add(name, io.BytesIO(data), 64 * MB).id
+    store.fail(trace_id, "not analysed in this test")
+    return trace_id
+
+
+def test_a_store_over_its_limit_drops_its_oldest_unpinned_entries_and_keeps_pinned_ones(
+    tmp_path: Path,
+) -> None:
+    # GIVEN a store limited to 350 kB holding three 100 kB entries, the oldest pinned
+    store = Store(tmp_path / "store", limit_bytes=350_000)
+    a, b, c = (_settled(store, n, 100_000) for n in ("a", "b", "c"))
+    assert store.pin(a).pinned and store.usage() == 300_000
+    # WHEN a fourth arrives (400 kB would be over the limit)
+    d = _settled(store, "d", 100_000)
+    # THEN the oldest unpinned one went, files and all; the pinned one and the newer ones stay
+    assert {e.id for e in store.entries()} == {a, c, d}
+    assert not (store.root / "traces" / b).exists()
+    assert store.usage() == 300_000 <= store.limit_bytes  # type: ignore[operator]
+    assert [e.pinned for e in store.entries() if e.id == a] == [True]
+
+
+def test_a_store_whose_older_entries_are_all_pinned_refuses_an_upload_that_does_not_fit(
+    tmp_path: Path,
+) -> None:
+    store = Store(tmp_path / "store", limit_bytes=250_000)
+    kept = [_settled(store, n, 100_000) for n in ("a", "b")]
+    for trace_id in kept:
+        store.pin(trace_id)
+    with pytest.raises(StoreFull, match="store is full"):
+        _settled(store, "c", 100_000)
+    assert sorted(e.id for e in store.entries()) == sorted(kept)
+    assert sorted(p.name for p in (store.root / "traces").iterdir()) == sorted(kept)
+    assert list((store.root / "tmp").iterdir()) == []
+    # unpinning one makes room again: it is the one that goes
+    store.pin(kept[0], pinned=False)
+    c = _settled(store, "c", 100_000)
+    assert {e.id for e in store.entries()} == {kept[1], c}
+
+
+def test_entries_waiting_for_analysis_are_never_dropped_and_fit_keeps_the_one_just_analysed(
+    tmp_path: Path,
+) -> None:
+    # GIVEN a store with an unlimited past: a pending entry (oldest), then two settled ones
+    store = Store(tmp_path / "store")
+    pending = store.add("p", io.BytesIO(b'{"traceEvents": []}' + b" " * 99_981), 64 * MB).id
+    old, new = _settled(store, "old", 100_000), _settled(store, "new", 100_000)
+    # WHEN its limit shrinks to 150 kB and it is fitted after "new"'s analysis
+    store.limit_bytes = 150_000
+    store.fit(keep=(new,))
+    # THEN only "old" could go; the store stays over its limit rather than drop the others
+    assert {e.id for e in store.entries()} == {pending, new} and old not in {e.id for e in store.entries()}
+    assert store.usage() == 200_000
+
+
+def test_pins_survive_a_restart_and_a_store_made_before_pins_opens(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    trace_id = _settled(store, "a", 1000)
+    store.pin(trace_id)
+    assert Store(tmp_path / "store").get(trace_id).pinned
+    # a catalog without the column (an older version's) gains it, every entry unpinned
+    with sqlite3.connect(tmp_path / "store" / "catalog.sqlite") as db:
+        db.execute("alter table traces drop column pinned")
+    assert Store(tmp_path / "store").get(trace_id).pinned is False
+    with pytest.raises(UnknownTrace):
+        store.pin("0" * 32)

@@ -1,4 +1,5 @@
-"""Traces page: drag-and-drop upload, a sortable and searchable table of the store, delete, compare two.
+"""Traces page: drag-and-drop upload, a sortable and searchable table of the store, delete, pin (kept when
+the store is over its limit), compare two; what the store holds against its limit.
 
 Layout / callbacks split: ``layout`` builds the page, the ``on_*`` functions are the callbacks' bodies
 (plain functions of the services and the inputs, called directly by the tests), ``register`` wires them.
@@ -29,6 +30,9 @@ class Ids(str, Enum):
     SEARCH = "traces-search"
     TABLE = "traces-table"
     DELETE = "traces-delete"
+    PIN = "traces-pin"
+    UNPIN = "traces-unpin"
+    USAGE = "traces-usage"
     COMPARE = "traces-compare"
     MESSAGE = "traces-message"
     TICK = "traces-tick"
@@ -36,6 +40,7 @@ class Ids(str, Enum):
 
 COLUMNS = [
     {"id": "name", "name": "name"},
+    {"id": "pinned", "name": "pinned"},
     {"id": "tags", "name": "tags"},
     {"id": "uploaded", "name": "uploaded (UTC)"},
     {"id": "status", "name": "status"},
@@ -93,6 +98,8 @@ def layout(services: Services) -> html.Div:
                         id=Ids.SEARCH.value, type="search", placeholder="search names and tags", debounce=True
                     ),
                     html.Button("Delete selected", id=Ids.DELETE.value),
+                    html.Button("Pin selected", id=Ids.PIN.value, title="keep them when the store is full"),
+                    html.Button("Unpin selected", id=Ids.UNPIN.value),
                     html.Button("Compare two selected", id=Ids.COMPARE.value),
                     html.Span(id=Ids.MESSAGE.value, className="muted"),
                 ],
@@ -108,8 +115,23 @@ def layout(services: Services) -> html.Div:
                 page_size=50,
                 markdown_options={"link_target": "_self"},
             ),
+            html.Div(usage_text(services), id=Ids.USAGE.value, className="muted"),
             dcc.Interval(id=Ids.TICK.value, interval=2000),
         ]
+    )
+
+
+def usage_text(services: Services) -> str:
+    """What the store holds on disk, against its limit: the oldest unpinned traces go when it is over."""
+    store = services.store
+    usage = store.usage()
+    used = f"store: {usage / (1 << 20):,.1f} MB"
+    if store.limit_bytes is None:
+        return f"{used} (no limit)"
+    share = usage / store.limit_bytes if store.limit_bytes else 1.0
+    return (
+        f"{used} of {store.limit_bytes / (1 << 20):,.0f} MB ({share:.0%});"
+        " over the limit, the oldest unpinned traces are removed first"
     )
 
 
@@ -129,6 +151,7 @@ def rows(entries: list[Entry], search: str | None) -> list[dict[str, Any]]:
                 "id": e.id,
                 "uploaded_at": e.uploaded_at,  # not a column: orders a comparison (before = older)
                 "name": e.name,
+                "pinned": "pinned" if e.pinned else "",
                 "tags": ", ".join(e.tags),
                 "uploaded": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(e.uploaded_at)),
                 "status": e.status.value if e.status.value != "error" else f"error: {e.error[:80]}",
@@ -169,9 +192,23 @@ def on_table(
     selected: list[int] | None,
     data: list[dict[str, Any]] | None,
 ) -> tuple[list[dict[str, Any]], list[int], Any]:
-    """Refresh the table (tick, search) or delete the selected rows; returns (rows, selection, message)."""
+    """Refresh the table (tick, search), delete, pin or unpin the selected rows; returns (rows, selection,
+    message)."""
     note: Any = no_update
-    if trigger == Ids.DELETE.value:
+    if trigger in (Ids.PIN.value, Ids.UNPIN.value):
+        ids = [data[i]["id"] for i in (selected or []) if data and i < len(data)]
+        note = "select traces to pin" if trigger == Ids.PIN.value else "select traces to unpin"
+        for trace_id in ids:
+            try:
+                services.store.pin(trace_id, trigger == Ids.PIN.value)
+            except StoreError as exc:
+                note = str(exc)
+                break
+        else:
+            if ids:
+                verb = "pinned" if trigger == Ids.PIN.value else "unpinned"
+                note = f"{verb} {len(ids)} trace{'s' * (len(ids) != 1)}"
+    elif trigger == Ids.DELETE.value:
         ids = [data[i]["id"] for i in (selected or []) if data and i < len(data)]
         if not ids:
             note = "select traces to delete"
@@ -228,12 +265,22 @@ def register(app: Dash, services: Services) -> None:
         Input(Ids.TICK.value, "n_intervals"),
         Input(Ids.SEARCH.value, "value"),
         Input(Ids.DELETE.value, "n_clicks"),
+        Input(Ids.PIN.value, "n_clicks"),
+        Input(Ids.UNPIN.value, "n_clicks"),
         State(Ids.TABLE.value, "selected_rows"),
         State(Ids.TABLE.value, "data"),
         prevent_initial_call=True,
     )
-    def table(_t: Any, search: str | None, _d: Any, selected: list[int] | None, data: Any) -> tuple[Any, ...]:
+    def table(
+        _t: Any, search: str | None, _d: Any, _p: Any, _u: Any, selected: list[int] | None, data: Any
+    ) -> tuple[Any, ...]:
         return on_table(services, ctx.triggered_id, search, selected, data)
+
+    @app.callback(
+        Output(Ids.USAGE.value, "children"), Input(Ids.TICK.value, "n_intervals"), prevent_initial_call=True
+    )
+    def usage(_t: Any) -> str:
+        return usage_text(services)
 
     @app.callback(
         Output(Ids.MESSAGE.value, "children", allow_duplicate=True),

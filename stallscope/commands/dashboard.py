@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
+import os
 import signal
 import threading
 
@@ -13,7 +15,26 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--host",
         default="127.0.0.1",
-        help="address to listen on (default 127.0.0.1: this machine only; 0.0.0.0 shares it on the network)",
+        help="address to listen on (default 127.0.0.1: this machine only; 0.0.0.0 shares it on the network,"
+        " which needs --token or --no-auth)",
+    )
+    p.add_argument(
+        "--token",
+        default=None,
+        help="the token every page and API call needs (default: $STALLSCOPE_DASHBOARD_TOKEN, else a new one"
+        " printed in the URL at start); 16+ characters of A-Z a-z 0-9 . _ ~ -",
+    )
+    p.add_argument(
+        "--no-auth",
+        action="store_true",
+        help="no token: anyone who can reach the address can read, upload and delete traces",
+    )
+    p.add_argument(
+        "--store-limit-mb",
+        type=float,
+        default=10240,
+        metavar="MB",
+        help="most the store may hold on disk (default 10240); over it the oldest unpinned traces go first",
     )
     p.add_argument("--port", type=int, default=8050, help="port (default 8050; 0 picks a free one)")
     p.add_argument("--log", action="store_true", help="print one line per HTTP request (off by default)")
@@ -64,17 +85,27 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--max-inflated-mb and --analysis-memory-mb must be positive numbers of MB")
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port must be between 0 and 65535, not {args.port}")
+    if args.store_limit_mb < args.max_upload_mb:
+        raise UsageError(
+            f"--store-limit-mb ({args.store_limit_mb:g}) must be at least --max-upload-mb ({args.max_upload_mb})"
+        )
+    token, generated = access_token(args)
     store_dir = args.store or default_root()
     try:
         limits = Limits(args.max_inflated_mb, args.analysis_memory_mb, args.analysis_time_limit)
-        services = open_services(store_dir, args.max_upload_mb, limits=limits)
+        services = open_services(
+            store_dir, args.max_upload_mb, limits=limits, store_limit_mb=args.store_limit_mb
+        )
     except OSError as exc:
         raise UsageError(f"--store {store_dir}: cannot use it ({exc.strerror or exc})") from None
     try:
-        running = Running(create_app(services), args.host, args.port, quiet=not args.log)
+        running = Running(create_app(services, token), args.host, args.port, quiet=not args.log)
     except OSError as exc:
         raise UsageError(f"cannot listen on {args.host}:{args.port} ({exc.strerror or exc})") from None
-    print(f"stallscope dashboard: {running.url}  (store {store_dir}; Ctrl-C stops it)", flush=True)
+    # a new token is printed once, in the URL to open (as Jupyter does); a given one never is
+    url = f"{running.url}/?token={token}" if generated else running.url
+    access = "no token" if token is None else "new token" if generated else "token as given"
+    print(f"stallscope dashboard: {url}  (store {store_dir}; {access}; Ctrl-C stops it)", flush=True)
     if threading.current_thread() is threading.main_thread():  # `kill` stops it as cleanly as Ctrl-C
         signal.signal(signal.SIGTERM, _stop)
     try:
@@ -83,6 +114,41 @@ def run(args: argparse.Namespace) -> int:
         if services.worker is not None:
             services.worker.shutdown()
     return 0
+
+
+def access_token(args: argparse.Namespace) -> tuple[str | None, bool]:
+    """The token the dashboard needs (None: ``--no-auth``) and whether it was made here. ``--token``, else
+    ``$STALLSCOPE_DASHBOARD_TOKEN``; on a loopback address a new one is made when neither is given; on
+    any other address one must be given (or ``--no-auth`` passed): ``UsageError`` otherwise."""
+    from stallscope.dashboard.auth import ENV, check_token, new_token
+
+    given = args.token if args.token is not None else os.environ.get(ENV) or None
+    if args.no_auth:
+        if args.token is not None:
+            raise UsageError("--token and --no-auth contradict each other: give one")
+        return None, False
+    if given is not None:
+        try:
+            return check_token(given), False
+        except ValueError as exc:
+            source = "--token" if args.token is not None else ENV
+            raise UsageError(f"{source}: {exc}") from None
+    if not is_loopback(args.host):
+        raise UsageError(
+            f"--host {args.host} shares the dashboard on the network: give it a token (--token TOKEN or"
+            f" {ENV}), or pass --no-auth to share it with anyone who can reach it"
+        )
+    return new_token(), True
+
+
+def is_loopback(host: str) -> bool:
+    """``host`` is this machine only (127.0.0.0/8, ::1, localhost)."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve to any address
 
 
 def _stop(_signum: int, _frame: object) -> None:

@@ -12,6 +12,11 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--to", required=True, metavar="ADDR", help="the dashboard: 127.0.0.1:8050 or http://host:port"
     )
+    p.add_argument(
+        "--token",
+        default=None,
+        help="the dashboard's token, sent as a Bearer header (default: $STALLSCOPE_DASHBOARD_TOKEN)",
+    )
     p.add_argument("--tag", action="append", default=[], help="tag the upload (repeatable)")
     p.add_argument("--wait", action="store_true", help="wait for the analysis and print its headline numbers")
 
@@ -19,10 +24,10 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from stallscope.dashboard import client
 
-    answer = client.upload(args.file, args.to, tags=tuple(args.tag))
+    answer = client.upload(args.file, args.to, tags=tuple(args.tag), token=args.token)
     print(f"uploaded {args.file}: {answer.get('url')}")
     if args.wait:
-        entry = client.wait(str(answer["id"]), args.to)
+        entry = client.wait(str(answer["id"]), args.to, token=args.token)
         if entry.get("status") != "ready":
             raise client.UploadError(
                 f"analysis {entry.get('status')}: {entry.get('error') or 'no reason given'}"
