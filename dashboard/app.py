@@ -17,7 +17,7 @@ from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
 from stallscope.dashboard import pages
 from stallscope.dashboard.api import register_api
-from stallscope.dashboard.auth import check_token, redact, require_token
+from stallscope.dashboard.auth import TOKEN_REQUIRED, check_token, redact, require_token
 from stallscope.dashboard.pages.common import Shell
 from stallscope.dashboard.palette import FONT_FAMILY, TEXT
 from stallscope.dashboard.services import Services
@@ -33,6 +33,7 @@ def create_app(services: Services, token: str | None = None) -> dash.Dash:
     server = Flask("stallscope.dashboard")
     if token is not None:
         require_token(server, check_token(token))
+    server.config[TOKEN_REQUIRED] = token is not None
     register_api(server, services)
     quiet: Any = {"update_title": None}  # no "Updating..." flicker in the tab title
     app = dash.Dash(

@@ -24,14 +24,20 @@ import re
 import secrets
 import urllib.parse
 
-from flask import Flask, Response, jsonify, redirect, request
+from flask import Flask, Response, current_app, has_app_context, jsonify, redirect, request
 from markupsafe import escape
 from werkzeug.wrappers import Response as BaseResponse
 
 ENV = "STALLSCOPE_DASHBOARD_TOKEN"
+TOKEN_REQUIRED = "STALLSCOPE_TOKEN_REQUIRED"  # the Flask config key: whether this server needs one
 TOKEN_RE = re.compile(r"[A-Za-z0-9._~-]{16,256}")
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _QUERY_TOKEN = re.compile(r"([?&]token=)[^&\s#\"]*", re.IGNORECASE)
+
+
+def token_required() -> bool:
+    """The app serving the current request needs a token (False outside a request)."""
+    return has_app_context() and bool(current_app.config.get(TOKEN_REQUIRED))
 
 
 def new_token() -> str:

@@ -199,3 +199,41 @@ def test_a_job_upload_opens_the_stragglers_timeline_from_the_rank_picker(
     assert browser.js("return document.querySelector('#explorer-title').textContent") == shown
     assert browser.dialog_text() is None
     assert browser.console_errors() == []
+
+
+def test_a_dashboard_with_a_token_refuses_the_bare_url_and_works_from_the_token_url(
+    browser: Browser, tmp_path: Path
+) -> None:
+    # GIVEN a dashboard that needs a token
+    token = "browser-token-0123456789abcdef"
+    browser.fresh()
+    services = open_services(tmp_path / "store", max_upload_mb=16)
+    running = Running(create_app(services, token), "127.0.0.1", 0).start()
+    try:
+        # WHEN the browser opens it without the token THEN it is refused and shows nothing of the store
+        browser.open(running.url + "/")
+        assert "This dashboard needs its token" in browser.js("return document.body.innerText")
+        assert browser.js("return document.querySelector('#traces-upload')") is None
+        browser.console_errors()  # the refused page load is a console error by design
+        # WHEN it opens the URL printed at start THEN the token leaves the address bar (a cookie holds it)
+        browser.open(f"{running.url}/?token={token}")
+        browser.wait_for("return document.querySelector('#traces-upload input[type=file]')", timeout=30)
+        assert browser.js("return location.search") == ""
+        assert browser.js("return document.cookie") == ""  # HttpOnly: page scripts cannot read it
+        # AND the page's callbacks work: an upload (a Dash POST) opens the analysed trace
+        upload = tmp_path / "item.pt.trace.json.gz"
+        upload.write_bytes(ITEM.read_bytes())
+        browser.driver.find_element("css selector", "#traces-upload input[type=file]").send_keys(str(upload))
+        browser.wait_for("return location.pathname.startsWith('/trace/')", timeout=30)
+        verdict = browser.wait_for(
+            "const v = document.querySelector('#overview-verdict'); return v && v.textContent", timeout=90
+        )
+        assert "-bound" in verdict
+        assert [e.name for e in services.store.entries()] == [upload.name]
+        assert browser.console_errors() == []
+    finally:
+        browser.driver.delete_all_cookies()
+        browser.fresh()
+        running.stop()
+        assert services.worker is not None
+        services.worker.shutdown()

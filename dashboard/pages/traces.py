@@ -16,6 +16,7 @@ from typing import Any
 
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
+from stallscope.dashboard.auth import ENV, token_required
 from stallscope.dashboard.headline import bottleneck_text, job_text
 from stallscope.dashboard.pages.common import Shell, data_table
 from stallscope.dashboard.services import Services
@@ -65,6 +66,8 @@ COLUMNS = [
 def layout(services: Services) -> html.Div:
     mb = services.max_upload_bytes >> 20
     limit: dict[str, Any] = {"data-max-bytes": str(services.max_upload_bytes)}
+    if token_required():  # assets/upload_limit.js adds --token to the command it suggests
+        limit["data-token"] = "1"
     return html.Div(
         [
             html.H2("Traces"),
@@ -75,7 +78,8 @@ def layout(services: Services) -> html.Div:
                             html.Div(["Drop a trace here or ", html.A("choose a file")]),
                             html.Div(
                                 f".json, .json.gz, or a zipped/tarred bundle, up to {mb} MB;"
-                                " larger files: stallscope upload FILE --to URL",
+                                " larger files: stallscope upload FILE --to URL"
+                                + (f" --token ${ENV}" if token_required() else ""),
                                 className="ss-hint",
                             ),
                         ]

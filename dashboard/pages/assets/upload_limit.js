@@ -19,7 +19,8 @@
     }
     var mb = function (n) { return (n / 1048576).toFixed(1) + " MB"; };
     box.textContent = file.name + " is " + mb(file.size) + ", over this dashboard's upload limit of " +
-      mb(limit) + ": send it with `stallscope upload FILE --to " + window.location.origin + "`.";
+      mb(limit) + ": send it with `stallscope upload FILE --to " + window.location.origin +
+      (wrapper.getAttribute("data-token") ? " --token $STALLSCOPE_DASHBOARD_TOKEN" : "") + "`.";
     box.className = "stallscope-error";
   }
   document.addEventListener("drop", check, true);
