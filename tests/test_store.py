@@ -29,7 +29,7 @@ from stallscope.dashboard.store import (
     check_id,
 )
 from stallscope.dashboard.unpack import BadUpload
-from stallscope.dashboard.worker import analyse_entry
+from stallscope.dashboard.worker import Worker, analyse_entry
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
 ITEM = SAMPLES / "item_in_loop.pt.trace.json.gz"
@@ -340,3 +340,20 @@ def test_pins_survive_a_restart_and_a_store_made_before_pins_opens(tmp_path: Pat
     assert Store(tmp_path / "store").get(trace_id).pinned is False
     with pytest.raises(UnknownTrace):
         store.pin("0" * 32)
+
+
+def test_the_worker_makes_room_after_an_analysis_adds_its_result(tmp_path: Path) -> None:
+    # GIVEN a store filled to 1 kB under its limit by two settled entries and a trace uploaded after them
+    store = Store(tmp_path / "store")
+    old, newer = _settled(store, "old", 100_000), _settled(store, "newer", 100_000)
+    trace_id = store.add(ITEM.name, io.BytesIO(ITEM.read_bytes()), 64 * MB).id
+    store.limit_bytes = store.usage() + 1000
+    worker = Worker(store, processes=False)
+    try:
+        # WHEN it is analysed (its Parquet table and analysis JSON put the store over its limit)
+        assert worker.submit(trace_id).result(timeout=120) == "ready"
+    finally:
+        worker.shutdown()
+    # THEN the oldest settled entry made room; the newer one and the one just analysed stay
+    assert {e.id for e in store.entries()} == {newer, trace_id} and old != newer
+    assert store.usage() <= store.limit_bytes
