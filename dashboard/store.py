@@ -170,6 +170,7 @@ class Store:
             if "pinned" not in columns:  # a store made before pins
                 db.execute("alter table traces add column pinned integer not null default 0")
         self._room = threading.Lock()  # one eviction at a time in this process
+        self._usage: tuple[float, int] | None = None  # (when, bytes): the last count (``usage``)
         self._models: OrderedDict[str, TraceModel] = OrderedDict()
         self._docs: OrderedDict[str, tuple[tuple[str, int, int], dict[str, Any]]] = OrderedDict()
         self._lock = threading.Lock()
@@ -306,9 +307,18 @@ class Store:
             raise UnknownTrace(trace_id)
         return self.get(trace_id)
 
-    def usage(self) -> int:
-        """Bytes the entries' folders hold on disk now."""
-        return _disk_bytes(self.root / "traces")
+    def usage(self, max_age_s: float = 0.0) -> int:
+        """Bytes the entries' folders hold on disk: counted now, or (for a page polling it) a count at
+        most ``max_age_s`` old."""
+        now = time.monotonic()
+        with self._lock:
+            counted = self._usage
+        if counted is not None and now - counted[0] <= max_age_s:
+            return counted[1]
+        used = _disk_bytes(self.root / "traces")
+        with self._lock:
+            self._usage = (now, used)
+        return used
 
     def _make_room(self, incoming: int, keep: tuple[str, ...]) -> None:
         """Remove the oldest unpinned, settled (ready, error, corrupt) entries not in ``keep`` until the

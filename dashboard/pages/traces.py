@@ -128,7 +128,7 @@ def layout(services: Services) -> html.Div:
 def usage_text(services: Services) -> str:
     """What the store holds on disk, against its limit: the oldest unpinned traces go when it is over."""
     store = services.store
-    usage = store.usage()
+    usage = store.usage(max_age_s=5.0)  # every open traces page asks every 2 s
     used = f"store: {usage / (1 << 20):,.1f} MB"
     if store.limit_bytes is None:
         return f"{used} (no limit)"
