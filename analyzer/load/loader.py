@@ -22,11 +22,12 @@ from stallscope.analyzer.load.decode_pool import (
     start_early,
     stop_early,
 )
-from stallscope.analyzer.load.raw import BATCH_BYTES, decode
+from stallscope.analyzer.load.raw import BATCH_BYTES, TOO_DEEP, decode
 from stallscope.analyzer.load.sidecar import embedded_sidecar, read_sidecar
 from stallscope.analyzer.load.stream import (
     NotStreamable,
     OnlyWhitespace,
+    TooDeep,
     TooLarge,
     blocks,
     stream_document,
@@ -314,7 +315,8 @@ def _is_gzip(path: Path) -> bool:
 def _build_streaming(path: Path, fmt: str, say: Progress, limit: int, workers: int) -> TraceModel | None:
     """Build from a streamed decode; None when the file is not laid out for streaming (then the caller
     decodes it whole, which also gives the precise error for a broken file). Refuses a file past
-    ``limit`` bytes of JSON, and one of whitespace only, as it streams (bounded memory)."""
+    ``limit`` bytes of JSON, one of whitespace only, and one nested too deeply, as it streams (bounded
+    memory)."""
     gzipped = _is_gzip(path)
     try:
         if workers < 1:
@@ -331,5 +333,7 @@ def _build_streaming(path: Path, fmt: str, say: Progress, limit: int, workers: i
         raise _too_large(path, limit) from None
     except OnlyWhitespace:
         raise TraceError(str(path), "empty file (only whitespace)") from None
+    except TooDeep:  # refused as it streams: the whole decode would hold the document first
+        raise TraceError(str(path), TOO_DEEP) from None
     except (NotStreamable, OSError, EOFError, zlib.error, ValueError, RecursionError):
         return None  # ValueError: a decoder's surprise (bad UTF-8, number out of range...)

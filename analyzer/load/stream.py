@@ -38,6 +38,7 @@ except ImportError:  # pragma: no cover - platform without isal wheels
 
 
 _BLOCK = 8 << 20
+_HEAD_BYTES = 64 << 20  # the ``traceEvents`` key is looked for this far
 _INFLATE_ERRORS: tuple[type[Exception], ...] = (zlib.error, _inflate_lib.error)  # isal has its own
 _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _CUT = re.compile(rb"\}\s*,\s*\{")
@@ -54,6 +55,27 @@ class TooLarge(Exception):
 
 class OnlyWhitespace(Exception):
     """The file holds nothing but whitespace."""
+
+
+class TooDeep(Exception):
+    """The JSON nests deeper than the decoder allows (a nesting bomb): refused as it streams, before the
+    document is held whole."""
+
+
+_SKIPPER = msgspec.json.Decoder(msgspec.Raw)
+
+
+def too_deep(text: bytes | bytearray | memoryview) -> bool:
+    """Does this JSON text (a whole document, or only its start) nest deeper than the decoder allows?
+    Parsed, not built: no objects are made. The parser reads left to right, so a prefix that is too deep
+    belongs to a document that is too deep, and one that ends first (truncated) is not known to be."""
+    try:
+        _SKIPPER.decode(text)
+    except RecursionError:
+        return True
+    except (msgspec.MsgspecError, UnicodeDecodeError, ValueError):
+        return False
+    return False
 
 
 def blocks(path: Path, gzipped: bool, limit: int | None = None) -> Iterator[bytes]:
@@ -114,6 +136,8 @@ def decode_batch(text: bytes | memoryview, counters: bool = True) -> Batch:
         events = _BATCH_DECODER.decode(text)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise NotStreamable(str(exc)) from None
+    except RecursionError:  # the piece is the document's own text, read as the whole decode reads it
+        raise TooDeep() from None
     batch = Batch(events)
     if counters and _holds_counters(events):
         batch.counters = counter_samples(text, batch.skipped)
@@ -127,17 +151,22 @@ def _pieces(source: Iterator[bytes], doc: Document) -> Iterator[memoryview | Bat
             block = block.lstrip()
             if not block:
                 continue
+        probe = not buf  # the first block, and the last before giving up, are probed for a nesting bomb
         buf += block
         match = _KEY.search(buf)
         if match:
             break
-        if len(buf) > 64 << 20:
-            raise NotStreamable("no traceEvents list near the start")
+        if len(buf) > _HEAD_BYTES or probe:
+            if too_deep(buf):
+                raise TooDeep()
+            if len(buf) > _HEAD_BYTES:
+                raise NotStreamable("no traceEvents list near the start")
     else:
         raise NotStreamable("no traceEvents list") if buf else OnlyWhitespace()
     head = buf[: match.end() - 1]
     pending = bytearray(buf[match.end() - 1 :])  # starts with the list's '['
     del buf
+    uncut = BATCH_BYTES  # when ``pending`` grows this large without a cut, it is probed for depth
     for block in source:
         pending += block
         if len(pending) < BATCH_BYTES:
@@ -145,6 +174,11 @@ def _pieces(source: Iterator[bytes], doc: Document) -> Iterator[memoryview | Bat
         cut = _last_cut(pending)
         if cut > 0:
             yield from _prefix(pending, cut)
+            uncut = BATCH_BYTES
+        elif len(pending) >= uncut:  # no event ends: one huge event, or a nesting bomb held as it grows
+            if too_deep(pending):
+                raise TooDeep()
+            uncut = 2 * len(pending)  # probed again each time it doubles: linear in all
     cut = _last_cut(pending)
     if cut > 0:  # the last full piece, as every other (a decode worker may take it)
         yield from _prefix(pending, cut)
@@ -199,6 +233,8 @@ def _finish(pending: bytearray, doc: Document) -> tuple[Batch, bytes]:
         events, end = json.JSONDecoder().raw_decode(text)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise NotStreamable(str(exc)) from None
+    except RecursionError:  # the stdlib's limit is not the decoder's: only the decoder's refuses
+        raise (TooDeep() if too_deep(pending) else NotStreamable("nested deeper than json allows")) from None
     if not isinstance(events, list) or not all(isinstance(e, dict) for e in events):
         raise NotStreamable("event list holds non-objects")
     try:
