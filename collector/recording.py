@@ -210,6 +210,40 @@ def _signals_stop_the_write() -> Iterator[None]:
             signal.signal(s, handler)
 
 
+class AfterTheRun:
+    """What SIGTERM/SIGHUP do once the bundle is written, while its verdict is made (``after_the_run``)."""
+
+    def __init__(self) -> None:
+        self.ended_by_signal = False  # the run was ended by a signal: further ones wait for the verdict
+
+    def run_ended(self, exit_code: int) -> None:
+        self.ended_by_signal = exit_code in {128 + s for s in (signal.SIGINT, *ENDING_SIGNALS)}
+
+    def __call__(self, signum: int, _frame: object) -> None:
+        if not self.ended_by_signal:
+            raise SystemExit(128 + signum)
+        # else nothing: the exit code is already 128 + n, and the verdict is seconds away
+
+
+@contextlib.contextmanager
+def after_the_run() -> Iterator[AfterTheRun]:
+    """Around ``record`` and the verdict that follows it: outside ``record``'s own handling, SIGTERM and
+    SIGHUP end the command with 128 + n (not death by the signal), and once the run was ended by a
+    signal, a further one (a second SIGTERM soon after the first) waits for the verdict, which is made
+    from a bundle already written (the window is bounded: seconds), and the exit code stays the run's.
+    Ctrl-C still stops the verdict."""
+    after = AfterTheRun()
+    if not _main_thread():
+        yield after
+        return
+    old = {s: signal.signal(s, after) for s in ENDING_SIGNALS}
+    try:
+        yield after
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
 @contextlib.contextmanager
 def _signals_ignored() -> Iterator[None]:
     if not _main_thread():
