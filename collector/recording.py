@@ -80,6 +80,8 @@ class Recorder:
                 meta["trace_events"] = capture.trace_events
             if capture.write_stopped or self.write_stopped:
                 meta["trace_write_stopped"] = True
+            if capture.trace is None:  # why the bundle holds no trace (``stallscope analyze`` says it)
+                meta["no_trace"] = _why_no_trace(capture, self.write_stopped)
             doc = sidecar(meta, capture.sync_sites, capture.step_timing)
             if capture.trace is not None and capture.trace.exists():
                 embed_sidecar(capture.trace, doc)
@@ -90,6 +92,20 @@ class Recorder:
             self.staging.discard()
             raise
         return Recording(exit_code, bundle, capture)
+
+
+def _why_no_trace(capture: Capture, write_stopped: bool) -> str:
+    """One line: why a bundle holds no trace."""
+    if capture.write_stopped or write_stopped:
+        return "a signal stopped the trace's writing (the partial trace was removed)"
+    if capture.stepped_aside:
+        return (
+            "the program ran its own torch.profiler before stallscope recorded anything: stallscope stepped "
+            "aside (the program's own profile is its trace)"
+        )
+    if capture.mode == "unwritten":
+        return "the bundle could not be written whole"
+    return "nothing was profiled (see the run's notes)"
 
 
 def trace_name(argv: list[str]) -> str:

@@ -148,6 +148,7 @@ def test_second_sigterm_stops_the_write(tmp_path: Path) -> None:
     assert len(lines) == 1 and "kept the sidecar (step timing)" in lines[0]
     assert bundle_trace(out) is None and (out / SIDECAR_NAME).is_file()
     assert _run(out)["trace_write_stopped"] is True
+    assert _run(out)["no_trace"] == "a signal stopped the trace's writing (the partial trace was removed)"
     assert not list(tmp_path.rglob("*.part"))
 
 

@@ -101,7 +101,7 @@ def _load_folder(
 ) -> TraceSet:
     files = trace_files(folder)
     if not files:
-        raise TraceError(str(folder), "directory contains no trace files (*.json, *.json.gz)")
+        raise TraceError(str(folder), _no_trace_files(folder))
     models: list[TraceModel] = []
     notes: list[str] = []
     errors: list[TraceError] = []
@@ -123,6 +123,24 @@ def _load_folder(
     if problem:
         notes.append(problem)
     return TraceSet(str(folder), _one_per_rank(models, notes), tuple(notes), sidecar)
+
+
+def _no_trace_files(folder: Path) -> str:
+    return bundle_without_trace(folder) or "directory contains no trace files (*.json, *.json.gz)"
+
+
+def bundle_without_trace(folder: Path) -> str | None:
+    """For a stallscope bundle that holds no trace (only its ``sidecar.json``): one line saying why, from
+    the sidecar; None for any other folder."""
+    if not folder.is_dir() or trace_files(folder):
+        return None
+    sidecar, _problem = read_sidecar(folder)
+    if sidecar is None:
+        return None
+    why = sidecar.run.get("no_trace")
+    if not isinstance(why, str) or not why.strip():
+        why = "its sidecar.json does not say why"
+    return f"a stallscope bundle without a trace: {' '.join(why.split())[:300]}"
 
 
 def _one_per_rank(models: list[TraceModel], notes: list[str]) -> tuple[TraceModel, ...]:

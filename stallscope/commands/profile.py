@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
 def _after(rec: Recording, args: argparse.Namespace) -> int:
     """The closing line, the verdict and the bundle (and the upload); the exit code."""
     traced = rec.capture.trace is not None
-    if rec.capture.stepped_aside:  # said once when it happened; the program's own trace is the answer
+    if rec.capture.stepped_aside and not traced:  # said when it happened; the program's own trace answers
         print(f"  bundle    {rec.bundle}")
         return rec.exit_code
     _report(rec.exit_code, rec.bundle, rec.capture, args)
