@@ -101,6 +101,35 @@ def test_what_was_recorded_before_the_programs_profiler_is_kept(
     assert model.event_count > 0 and len(model.steps) == 2
 
 
+OWN_PROFILER_NO_STEPS = """\
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+x = torch.randn(16, 16)
+for _ in range(20):
+    x = torch.tanh(x @ x)
+with profile(activities=[ProfilerActivity.CPU]) as prof:
+    y = torch.sigmoid(x)
+names = {e.key for e in prof.key_averages()}
+print("OWN", "aten::sigmoid" in names, "aten::tanh" in names)
+"""
+
+
+def test_a_run_without_steps_keeps_what_ran_before_the_programs_profiler(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a program without steps (recorded from its first torch call) that then runs torch.profiler
+    out = _run(tmp_path, OWN_PROFILER_NO_STEPS, "--no-analyze")
+    stdout, stderr = capsys.readouterr()
+    # THEN the program's profile holds only its own ops, and the bundle's trace those that ran before it
+    assert "OWN True False" in stdout
+    assert "kept what it had recorded: the run from its first torch call;" in stderr
+    trace = bundle_trace(out)
+    assert trace is not None
+    names = [e.get("name") for e in json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]]
+    assert names.count("aten::tanh") == 20 and "aten::sigmoid" not in names
+
+
 def test_a_bundle_without_a_trace_says_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # GIVEN the bundle of a program whose own profiler started before stallscope recorded anything
     out = _run(tmp_path, OWN_PROFILER, "--no-analyze")
