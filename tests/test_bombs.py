@@ -140,6 +140,37 @@ def test_a_2_gb_nesting_bomb_is_refused_in_bounded_memory(tmp_path: Path, kind: 
     assert rss < 300, rss
 
 
+def test_a_nesting_bomb_in_a_second_gzip_member_is_refused_in_bounded_memory(tmp_path: Path) -> None:
+    # GIVEN gzip members one after the other (``cat a.gz b.gz``): the list's start, then 2 GiB of nesting
+    first = gzip_stream(tmp_path / "a.gz", [b'{"traceEvents":['])
+    second = repeated_gzip(tmp_path / "b.gz", BOMBS["document"])
+    bomb = tmp_path / "nest.json.gz"
+    bomb.write_bytes(first.read_bytes() + second.read_bytes())
+    # WHEN analysed THEN the members stream as one: one line refuses it in bounded memory
+    code, err, rss = peak_rss_mb(["analyze", "--no-cache", "-q", str(bomb)])
+    assert (code, err) == (2, f"stallscope: error: {bomb}: invalid JSON (nested too deeply)")
+    assert rss < 300, rss
+
+
+def test_a_trace_in_several_gzip_members_is_streamed(tmp_path: Path) -> None:
+    # GIVEN a trace large enough to stream (>= 64 KB of gzip), cut in three gzip members, and the same
+    # JSON in one member
+    pad = os.urandom(60_000).hex().encode()
+    pad_event = b'{"ph":"i","name":"pad","ts":1,"pid":1,"tid":1,"args":{"pad":"%s"}},' % pad
+    members = [EVENTS, pad_event, VALID[VALID.index(b"[", VALID.index(b'"traceEvents"')) + 1 :]]
+    several, one = tmp_path / "several.json.gz", tmp_path / "one.json.gz"
+    several.write_bytes(b"".join(gzip.compress(m, mtime=0) for m in members))
+    one.write_bytes(gzip.compress(b"".join(members), mtime=0))
+    assert several.stat().st_size > 64 << 10
+    # WHEN both are analysed THEN the members read as one document
+    summaries = []
+    for trace in (several, one):
+        out = tmp_path / f"{trace.name}.out.json"
+        assert main(["analyze", "--no-cache", "-q", str(trace), "--json", str(out)]) == 0
+        summaries.append(json.loads(out.read_text())["summary"])
+    assert summaries[0] == summaries[1] and summaries[0]["device_busy_us"] == 10.0
+
+
 def test_a_nesting_bomb_in_plain_json_is_refused_in_bounded_memory(tmp_path: Path) -> None:
     # GIVEN 200 MB of plain JSON nested 100 MB deep (streamed: not read whole)
     bomb = tmp_path / "nest.json"

@@ -82,6 +82,7 @@ def blocks(path: Path, gzipped: bool, limit: int | None = None) -> Iterator[byte
     """The file's bytes, gunzipped when ``gzipped``, in blocks of a few MB; ``TooLarge`` once more than
     ``limit`` bytes have come out (counted as they inflate: a bomb is never inflated whole)."""
     inflate: Any = _inflate_lib.decompressobj(wbits=47) if gzipped else None  # 47: gzip/zlib header
+    fed = False  # the current gzip member has been given bytes
     total = 0
     with path.open("rb") as f:
         while True:
@@ -99,14 +100,16 @@ def blocks(path: Path, gzipped: bool, limit: int | None = None) -> Iterator[byte
                     block = inflate.decompress(data, _BLOCK)
                 except _INFLATE_ERRORS as exc:
                     raise NotStreamable(f"gzip: {exc}") from None
+                fed = True
                 total += len(block)
                 if limit is not None and total > limit:
                     raise TooLarge(total)
                 yield block
                 data = inflate.unconsumed_tail
-                if inflate.eof and inflate.unused_data:
-                    raise NotStreamable("several gzip members")
-    if inflate is not None and not inflate.eof:
+                if inflate.eof:  # the member ended: another may follow (``cat a.gz b.gz``), streamed alike
+                    data = inflate.unused_data
+                    inflate, fed = _inflate_lib.decompressobj(wbits=47), False
+    if inflate is not None and fed and not inflate.eof:
         raise NotStreamable("truncated gzip")
 
 
