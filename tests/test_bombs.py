@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from _kineto import document, launch_pair
 
+from stallscope.analyzer.load.stream import TooDeep, check_depth
 from stallscope.commands import main
 
 MB = 1 << 20
@@ -121,10 +122,15 @@ def test_repeated_gzip_holds_its_chunks(tmp_path: Path) -> None:
 
 
 EVENTS = b'{"traceEvents":[' + json.dumps(json.loads(VALID)["traceEvents"]).encode()[1:-1] + b","
+PAD = b'{"ph":"i","name":"pad","ts":1,"pid":1,"tid":1},' * (MB // 48)  # about 1 MB of events
 BOMBS = {  # where the nesting is: the event list itself, the whole document, one event after real ones
     "list": [(b'{"traceEvents":[', 1), (b"[" * MB, 1024), (b"]" * MB, 1024), (b"]}", 1)],
     "document": [(b"[" * MB, 1024), (b"]" * MB, 1024)],
     "late event": [(EVENTS, 1), (b" " * MB, 20), (b'{"args":', 1), (b"[" * MB, 1024), (b"]" * MB, 1024)],
+    # the stream gives up (an event of the wrong type; a list without "traceEvents" past 64 MB): the
+    # document is then decoded whole, once its depth has been read as it streams
+    "after a bad event": [(EVENTS, 1), (b'{"ts":"x"},', 1), (PAD, 10), (b"[" * MB, 1024), (b"]" * MB, 1024)],
+    "late in a bare list": [(b"[", 1), (PAD, 70), (b"[" * MB, 1024), (b"]" * MB, 1024)],
 }
 
 
@@ -182,6 +188,35 @@ def test_a_nesting_bomb_in_plain_json_is_refused_in_bounded_memory(tmp_path: Pat
     code, err, rss = peak_rss_mb(["analyze", "--no-cache", "-q", str(bomb)])
     assert (code, err) == (2, f"stallscope: error: {bomb}: invalid JSON (nested too deeply)")
     assert rss < 300, rss
+
+
+DEEP = sys.getrecursionlimit() + 1
+
+
+@pytest.mark.parametrize(
+    ("text", "refused"),
+    [
+        (b"[" * (DEEP - 1), False),
+        (b"[" * DEEP, True),
+        (b'{"a":' * DEEP, True),
+        (b'"' + b"[" * DEEP + b'"', False),  # brackets in a string
+        (b'"a\\\\"' + b"[" * DEEP, True),  # an escaped backslash: the string ends at the quote
+        (b'"a\\\\"' + b"[]" * DEEP, False),
+        (b'"a\\"b' + b"[" * DEEP + b'"', False),  # an escaped quote leaves the string open
+        (b'"a\\\\\\"b' + b"[" * DEEP + b'"', False),
+        (b'"a\\\\\\\\"' + b"[" * DEEP, True),
+    ],
+)
+@pytest.mark.parametrize("size", [1, 2, 3, 7, 1 << 20])
+def test_depth_is_read_as_it_streams_outside_strings(text: bytes, refused: bool, size: int) -> None:
+    # GIVEN JSON text cut in blocks of `size` bytes (a backslash and what it escapes may be split)
+    cut = (text[i : i + size] for i in range(0, len(text), size))
+    # WHEN its depth is checked THEN only brackets outside strings count, at the interpreter's limit
+    if refused:
+        with pytest.raises(TooDeep):
+            check_depth(cut)
+    else:
+        check_depth(cut)
 
 
 def test_nesting_just_under_the_limit_is_not_a_bomb(tmp_path: Path) -> None:

@@ -30,6 +30,7 @@ from stallscope.analyzer.load.stream import (
     TooDeep,
     TooLarge,
     blocks,
+    check_depth,
     stream_document,
     stream_pieces,
 )
@@ -255,6 +256,8 @@ def load_file(
     if model is None:
         if size > limit:  # not even compressed could it fit
             raise _too_large(path, limit)
+        if streamed:  # the stream gave up: before the document is held whole, its depth is read as it streams
+            _check_depth(path, limit)
         data = _json_bytes(_read(path), path, limit)
         doc = decode(data, str(path))
         del data  # the event slices keep it alive only until the last batch is decoded
@@ -263,6 +266,19 @@ def load_file(
         say("writing the cache")
         cache.store(key, model, path, token)
     return model
+
+
+def _check_depth(path: Path, limit: int) -> None:
+    """Refuse a nesting bomb (or a file past ``limit``) in bounded memory; any other trouble is left to
+    the whole decode, which words it precisely."""
+    try:
+        check_depth(blocks(path, _is_gzip(path), limit))
+    except TooDeep:
+        raise TraceError(str(path), TOO_DEEP) from None
+    except TooLarge:
+        raise _too_large(path, limit) from None
+    except (NotStreamable, OSError, EOFError, zlib.error, ValueError):
+        pass
 
 
 def start_decoding(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import zlib
 from collections.abc import Iterator
 from operator import attrgetter
@@ -19,6 +20,7 @@ from types import ModuleType
 from typing import Any
 
 import msgspec
+import numpy as np
 
 from stallscope.analyzer.load.raw import (
     BATCH_BYTES,
@@ -76,6 +78,58 @@ def too_deep(text: bytes | bytearray | memoryview) -> bool:
     except (msgspec.MsgspecError, UnicodeDecodeError, ValueError):
         return False
     return False
+
+
+_SPECIAL = np.zeros(256, np.int8)  # the bytes that matter to nesting: quotes, backslashes, brackets
+_SPECIAL[list(b'"\\[]{}')] = 1
+_STEP = np.zeros(256, np.int64)
+_STEP[list(b"[{")], _STEP[list(b"]}")] = 1, -1
+
+
+def check_depth(source: Iterator[bytes]) -> None:
+    """Read ``source`` (a document's blocks) and raise ``TooDeep`` as soon as its nesting (brackets
+    outside strings) passes the interpreter's recursion limit, which no decoder of it reaches (they give
+    up at or before it). Memory holds one block: the guard before a document is decoded whole."""
+    limit = sys.getrecursionlimit()
+    depth, in_string, escaped = 0, False, False  # the state where the previous block ended
+    for data in _slices(source, 1 << 20):  # a MB at a time: the arrays made of it are a few times that
+        where = np.flatnonzero(_SPECIAL[data])
+        chars = data[where]
+        keep = np.ones(len(where), np.bool_)
+        if escaped and len(where) and where[0] == 0:
+            keep[0] = False  # the block starts with the character a backslash escaped
+        escaped = False
+        slashes = np.flatnonzero(chars == ord("\\"))
+        if len(slashes):  # rare in traces: each backslash not itself escaped escapes the next byte
+            taken = set()
+            for k in slashes.tolist():
+                pos = int(where[k])
+                if not keep[k] or pos - 1 in taken:
+                    continue
+                taken.add(pos)
+                if pos + 1 == len(data):
+                    escaped = True
+                elif k + 1 < len(where) and where[k + 1] == pos + 1:
+                    keep[k + 1] = False
+            keep[slashes] = False
+        where, chars = where[keep], chars[keep]
+        quotes = chars == ord('"')
+        toggles = np.cumsum(quotes) + in_string  # odd: inside a string (a quote itself counts as inside)
+        outside = (toggles % 2 == 0) & ~quotes
+        steps = _STEP[chars[outside]]
+        if len(steps):
+            levels = np.cumsum(steps) + depth
+            if int(levels.max()) > limit:
+                raise TooDeep()
+            depth = int(levels[-1])
+        in_string = bool(toggles[-1] % 2) if len(toggles) else in_string
+
+
+def _slices(source: Iterator[bytes], size: int) -> Iterator[np.ndarray]:
+    for block in source:
+        data = np.frombuffer(block, np.uint8)
+        for start in range(0, len(data), size):
+            yield data[start : start + size]
 
 
 def blocks(path: Path, gzipped: bool, limit: int | None = None) -> Iterator[bytes]:
