@@ -50,7 +50,7 @@ class Capture:
     # "optimizer" | "explicit" | "backward" (backward passes, no optimizer) | "forward" (root-module
     # calls) | "generate" (its generate calls) | None
     step_source: str | None = None
-    stepped_aside: bool = False  # the program ran its own torch.profiler: nothing was profiled
+    stepped_aside: bool = False  # the program ran its own torch.profiler: ours stopped (what it had, kept)
     dataloaders: list[dict[str, Any]] = field(default_factory=list)  # each DataLoader's arguments
     profiled_steps: list[int] | None = None  # [first, last] whole steps of the window, the run's numbering
     partial_step: int = 0  # the event budget ended the recording inside this step (0: whole steps)

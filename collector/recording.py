@@ -80,6 +80,8 @@ class Recorder:
                 meta["trace_events"] = capture.trace_events
             if capture.write_stopped or self.write_stopped:
                 meta["trace_write_stopped"] = True
+            if capture.trace is None:  # why the bundle holds no trace (``stallscope analyze`` says it)
+                meta["no_trace"] = _why_no_trace(capture, self.write_stopped)
             doc = sidecar(meta, capture.sync_sites, capture.step_timing)
             if capture.trace is not None and capture.trace.exists():
                 embed_sidecar(capture.trace, doc)
@@ -90,6 +92,20 @@ class Recorder:
             self.staging.discard()
             raise
         return Recording(exit_code, bundle, capture)
+
+
+def _why_no_trace(capture: Capture, write_stopped: bool) -> str:
+    """One line: why a bundle holds no trace."""
+    if capture.write_stopped or write_stopped:
+        return "a signal stopped the trace's writing (the partial trace was removed)"
+    if capture.stepped_aside:
+        return (
+            "the program ran its own torch.profiler before stallscope recorded anything: stallscope stepped "
+            "aside (the program's own profile is its trace)"
+        )
+    if capture.mode == "unwritten":
+        return "the bundle could not be written whole"
+    return "nothing was profiled (see the run's notes)"
 
 
 def trace_name(argv: list[str]) -> str:
@@ -205,6 +221,40 @@ def _signals_stop_the_write() -> Iterator[None]:
     old = {s: signal.signal(s, _stop_the_write) for s in (signal.SIGINT, *ENDING_SIGNALS)}
     try:
         yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
+class AfterTheRun:
+    """What SIGTERM/SIGHUP do once the bundle is written, while its verdict is made (``after_the_run``)."""
+
+    def __init__(self) -> None:
+        self.ended_by_signal = False  # the run was ended by a signal: further ones wait for the verdict
+
+    def run_ended(self, exit_code: int) -> None:
+        self.ended_by_signal = exit_code in {128 + s for s in (signal.SIGINT, *ENDING_SIGNALS)}
+
+    def __call__(self, signum: int, _frame: object) -> None:
+        if not self.ended_by_signal:
+            raise SystemExit(128 + signum)
+        # else nothing: the exit code is already 128 + n, and the verdict is seconds away
+
+
+@contextlib.contextmanager
+def after_the_run() -> Iterator[AfterTheRun]:
+    """Around ``record`` and the verdict that follows it: outside ``record``'s own handling, SIGTERM and
+    SIGHUP end the command with 128 + n (not death by the signal), and once the run was ended by a
+    signal, a further one (a second SIGTERM soon after the first) waits for the verdict, which is made
+    from a bundle already written (the window is bounded: seconds), and the exit code stays the run's.
+    Ctrl-C still stops the verdict."""
+    after = AfterTheRun()
+    if not _main_thread():
+        yield after
+        return
+    old = {s: signal.signal(s, after) for s in ENDING_SIGNALS}
+    try:
+        yield after
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)

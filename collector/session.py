@@ -430,28 +430,59 @@ class Session:
         return f"the steps are {source}: the step(s) counted before the first ({before}) are not counted"
 
     def _step_aside(self) -> None:
-        """The program is starting a profiler of its own: stop ours now (nothing is kept) and never
-        start another, so the program's profiling works as it would without stallscope."""
+        """The program is starting a profiler of its own: stop ours now and never start another, so the
+        program's profiling works as it would without stallscope. What ours recorded until now is kept
+        (written as the trace, as at the end of a window); a window already written stays."""
         if self._aside or self._stopped:
             return
         self._aside = True
-        done = "its window was already written" if self._exported else "profiled nothing"
-        note = f"the program runs its own torch.profiler: stallscope stepped aside ({done}; steps are still timed)"
-        self.notes.append(note)
-        self._progress(note)
         self._awaiting_start = False
-        self._exit_recorder(keep=False)
         self._stop_counting()
         if self._trigger is not None:
             self._trigger.remove()
         prof, self._prof = self._prof, None
+        keep = (
+            prof is not None
+            and not self._exported
+            and not self._probing  # a probe measures a skipped step: never the trace
+            and prof.current_action.name in _RECORDING
+        )
         if prof is not None:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                prof.on_trace_ready = None
-                prof.stop()
+            if keep:
+                self._collecting()
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    if not keep:
+                        prof.on_trace_ready = None
+                    prof.stop()  # keep: torch collects the events, ``_on_trace_ready`` writes them
+            finally:
+                if keep:
+                    self._collected()
             release(prof)
+        self._exit_recorder(keep=False)  # (after a kept recording, ``_on_trace_ready`` kept its sites)
+        if keep and self._exported and self._scheduled and not self._forward_source:
+            # the step open when the program's profiler started is no whole step of the loop
+            _rename_step(self.trace_path, self._steps + 1, f"after step {self._steps}")
+        if not self._exported:
+            done = "profiled nothing"
+        elif keep:
+            done = f"kept what it had recorded: {self._recorded()}"
+        else:
+            done = "its window was already written"
+        note = f"the program runs its own torch.profiler: stallscope stepped aside ({done}; steps are still timed)"
+        self.notes.append(note)
+        self._progress(note)
         self._retrack()
+
+    def _recorded(self) -> str:
+        """What a trace written when stepping aside holds: its steps, or the run from its first torch call."""
+        if not self._scheduled:
+            return "the run from its first torch call"
+        first, last = self._window_first, self._window_last
+        if not last:
+            return "part of one step"
+        return f"steps {first}-{last}" if first < last else f"step {first}"
 
     def step(self) -> None:
         """Mark the end of one iteration: step timing, and the profiler's schedule."""
@@ -847,7 +878,7 @@ class Session:
             if self.options.duration is None:  # the fallback: the whole run's window unless a step comes
                 return
             self._progress(self._budget_note)
-        if self.on_window_closed is not None and not self._stopped:
+        if self.on_window_closed is not None and not self._stopped and not self._aside:
             first = self._window_first or max(1, self._steps - self._active_steps + 1)
             window = f"steps {first}-{self._steps}" if first < self._steps else f"step {first}"
             if self._partial_step:

@@ -13,7 +13,7 @@ from stallscope.analyzer.job.discover import job_files
 from stallscope.analyzer.job.execute import Execution, reduce_all
 from stallscope.analyzer.job.result import JobAnalysis
 from stallscope.analyzer.job.verdict import analyze_job, dedupe
-from stallscope.analyzer.load.loader import load_file
+from stallscope.analyzer.load.loader import bundle_without_trace, load_file
 from stallscope.progress import Progress
 from stallscope.watchdog import MAX_INFLATED_MB
 
@@ -32,7 +32,13 @@ def load_and_analyse_job(
     """A single rank (one file or bundle): today's analysis and no job. Two or more rank files: every
     rank reduced (``how``), the job analysis, and the full analysis of ``rank`` (default: the lowest)
     whose ``per_rank`` holds every rank's summary."""
-    files = job_files(inputs)
+    try:
+        files = job_files(inputs)
+    except TraceError:  # a stallscope bundle without a trace says why
+        why = bundle_without_trace(Path(inputs[0])) if len(inputs) == 1 else None
+        if why is None:
+            raise
+        raise TraceError(inputs[0], why) from None
     if len(files) < 2:
         one = inputs[0] if len(inputs) == 1 else str(files[0])
         return load_and_analyse(one, rank, how.use_cache, progress, time_limit_s, max_inflated_mb), None

@@ -17,6 +17,7 @@ import gzip
 import io
 import json
 import random
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -377,6 +378,12 @@ def generate_case(rng: random.Random, kind: str | None = None) -> Case:
     return Case(kind, "fuzz.pt.trace.json", data)
 
 
+def nested_case(rng: random.Random) -> Case:
+    """A generated valid trace, then nested deep somewhere (``_nest_bytes``); written plain."""
+    events = _valid_events(rng, rng.randint(1, 40))
+    return Case("nest", "fuzz.pt.trace.json", _nest_bytes(rng, dumps(_document(events, rng))))
+
+
 # ---------------------------------------------------------------- mutated real traces
 
 
@@ -437,10 +444,28 @@ def _mutate_bytes(rng: random.Random, data: bytes) -> tuple[str, bytes]:
         return kind, data[:a] + data[b:]
     if kind == "whitespace":
         return kind, b" \n\t" * rng.randint(1, 10000) + data
+    return kind, _nest_bytes(rng, data)
+
+
+def _nest_bytes(rng: random.Random, data: bytes) -> bytes:
+    """JSON nested 100 to 100,000 deep: before the event list, as its first element, inside an event
+    half-way through it, or around the whole document; half the time after a MB of whitespace, which
+    makes the file (written plain) large enough to be streamed."""
     depth = rng.choice([100, 10000, 100000])
-    return kind, data.replace(
-        b'"traceEvents":', b'"x":' + b"[" * depth + b"]" * depth + b',"traceEvents":', 1
-    )
+    deep = b"[" * depth + b"]" * depth
+    where = rng.choice(["head", "list", "event", "document"])
+    if where == "head":
+        data = data.replace(b'"traceEvents":', b'"x":' + deep + b',"traceEvents":', 1)
+    elif where == "list":
+        data = re.sub(rb'("traceEvents":\s*\[)', lambda m: m.group(1) + deep + b",", data, count=1)
+    elif where == "event":
+        between = re.compile(rb"\}\s*,\s*\{").search(data, len(data) // 2)
+        if between is not None:
+            cut = between.start() + 1
+            data = data[:cut] + b', {"name": "deep", "args": {"a": ' + deep + b"}}" + data[cut:]
+    else:
+        data = b"[" * depth + data + b"]" * depth
+    return (b" " * (1 << 20) if rng.random() < 0.5 else b"") + data
 
 
 def mutate_case(rng: random.Random, base: tuple[str, dict[str, Any]]) -> Case:
@@ -467,6 +492,11 @@ def mutate_case(rng: random.Random, base: tuple[str, dict[str, Any]]) -> Case:
 def kineto_cases(kind: str | None = None) -> st.SearchStrategy[Case]:
     """Generated Kineto traces, valid and broken (``BREAKERS``), as hypothesis examples."""
     return st.builds(generate_case, st.randoms(use_true_random=False), st.just(kind))
+
+
+def nested_cases() -> st.SearchStrategy[Case]:
+    """``nested_case`` as hypothesis examples."""
+    return st.builds(nested_case, st.randoms(use_true_random=False))
 
 
 def mutated_cases(bases: list[tuple[str, dict[str, Any]]]) -> st.SearchStrategy[Case]:

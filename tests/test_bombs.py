@@ -5,9 +5,11 @@ bounded memory: the inflate is streamed and counted, never done whole first.
 
 from __future__ import annotations
 
+import gzip
 import itertools
 import json
 import os
+import struct
 import subprocess
 import sys
 import zlib
@@ -17,6 +19,7 @@ from pathlib import Path
 import pytest
 from _kineto import document, launch_pair
 
+from stallscope.analyzer.load.stream import TooDeep, check_depth
 from stallscope.commands import main
 
 MB = 1 << 20
@@ -94,14 +97,137 @@ def test_plain_json_over_the_limit_is_refused_before_reading(tmp_path: Path) -> 
     assert main(["check", "--no-cache", "--max-inflated-mb", "2", "--max-idle-frac", "1", str(trace)]) == 2
 
 
-def test_nesting_bomb_is_one_line(tmp_path: Path) -> None:
-    # GIVEN 100 KB of gzip holding an event list nested 20 million (20 Mi) deep
-    opening, closing = b"[" * MB, b"]" * MB
-    chunks = itertools.chain([b'{"traceEvents":['], [opening] * 20, [closing] * 20, [b"]}"])
-    bomb = gzip_stream(tmp_path / "nest.json.gz", chunks)
+def repeated_gzip(path: Path, parts: Iterable[tuple[bytes, int]]) -> Path:
+    """A gzip file of each ``(chunk, times)`` of ``parts`` repeated ``times``, written fast: a chunk is
+    deflated once after a full flush (which makes each copy independent of what came before) and its
+    compressed bytes written ``times``; GBs of JSON take seconds to write and a few MB on disk."""
+    crc, size = 0, 0
+    with path.open("wb") as f:
+        f.write(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff")  # gzip header: deflate, no name, no time
+        for chunk, times in parts:
+            packer = zlib.compressobj(6, zlib.DEFLATED, -15)
+            packed = packer.compress(chunk) + packer.flush(zlib.Z_FULL_FLUSH)
+            for _ in range(times):
+                f.write(packed)
+                crc = zlib.crc32(chunk, crc)
+            size += len(chunk) * times
+        f.write(zlib.compressobj(6, zlib.DEFLATED, -15).flush())  # the last (empty) block
+        f.write(struct.pack("<II", crc, size & 0xFFFFFFFF))
+    return path
+
+
+def test_repeated_gzip_holds_its_chunks(tmp_path: Path) -> None:
+    gz = repeated_gzip(tmp_path / "r.gz", [(b"{", 1), (b"[" * 1000, 3), (b"]" * 3000, 1), (b"}", 2)])
+    assert gzip.decompress(gz.read_bytes()) == b"{" + b"[" * 3000 + b"]" * 3000 + b"}}"
+
+
+EVENTS = b'{"traceEvents":[' + json.dumps(json.loads(VALID)["traceEvents"]).encode()[1:-1] + b","
+PAD = b'{"ph":"i","name":"pad","ts":1,"pid":1,"tid":1},' * (MB // 48)  # about 1 MB of events
+BOMBS = {  # where the nesting is: the event list itself, the whole document, one event after real ones
+    "list": [(b'{"traceEvents":[', 1), (b"[" * MB, 1024), (b"]" * MB, 1024), (b"]}", 1)],
+    "document": [(b"[" * MB, 1024), (b"]" * MB, 1024)],
+    "late event": [(EVENTS, 1), (b" " * MB, 20), (b'{"args":', 1), (b"[" * MB, 1024), (b"]" * MB, 1024)],
+    # the stream gives up (an event of the wrong type; a list without "traceEvents" past 64 MB): the
+    # document is then decoded whole, once its depth has been read as it streams
+    "after a bad event": [(EVENTS, 1), (b'{"ts":"x"},', 1), (PAD, 10), (b"[" * MB, 1024), (b"]" * MB, 1024)],
+    "late in a bare list": [(b"[", 1), (PAD, 70), (b"[" * MB, 1024), (b"]" * MB, 1024)],
+}
+
+
+@pytest.mark.parametrize("kind", list(BOMBS))
+def test_a_2_gb_nesting_bomb_is_refused_in_bounded_memory(tmp_path: Path, kind: str) -> None:
+    # GIVEN ~2 MB of gzip holding 2 GiB of JSON nested a GiB deep
+    bomb = repeated_gzip(tmp_path / "nest.json.gz", BOMBS[kind])
+    assert bomb.stat().st_size < 8 * MB
+    # WHEN analysed (the default limit, 4,096 MB, would let it inflate whole)
+    code, err, rss = peak_rss_mb(["analyze", "--no-cache", "-q", str(bomb)])
+    # THEN one line refuses it, and memory never held more than a few blocks of it
+    assert (code, err) == (2, f"stallscope: error: {bomb}: invalid JSON (nested too deeply)")
+    assert rss < 300, rss
+
+
+def test_a_nesting_bomb_in_a_second_gzip_member_is_refused_in_bounded_memory(tmp_path: Path) -> None:
+    # GIVEN gzip members one after the other (``cat a.gz b.gz``): the list's start, then 2 GiB of nesting
+    first = gzip_stream(tmp_path / "a.gz", [b'{"traceEvents":['])
+    second = repeated_gzip(tmp_path / "b.gz", BOMBS["document"])
+    bomb = tmp_path / "nest.json.gz"
+    bomb.write_bytes(first.read_bytes() + second.read_bytes())
+    # WHEN analysed THEN the members stream as one: one line refuses it in bounded memory
     code, err, rss = peak_rss_mb(["analyze", "--no-cache", "-q", str(bomb)])
     assert (code, err) == (2, f"stallscope: error: {bomb}: invalid JSON (nested too deeply)")
-    assert rss < 400, rss
+    assert rss < 300, rss
+
+
+def test_a_trace_in_several_gzip_members_is_streamed(tmp_path: Path) -> None:
+    # GIVEN a trace large enough to stream (>= 64 KB of gzip), cut in three gzip members, and the same
+    # JSON in one member
+    pad = os.urandom(60_000).hex().encode()
+    pad_event = b'{"ph":"i","name":"pad","ts":1,"pid":1,"tid":1,"args":{"pad":"%s"}},' % pad
+    members = [EVENTS, pad_event, VALID[VALID.index(b"[", VALID.index(b'"traceEvents"')) + 1 :]]
+    several, one = tmp_path / "several.json.gz", tmp_path / "one.json.gz"
+    several.write_bytes(b"".join(gzip.compress(m, mtime=0) for m in members))
+    one.write_bytes(gzip.compress(b"".join(members), mtime=0))
+    assert several.stat().st_size > 64 << 10
+    # WHEN both are analysed THEN the members read as one document
+    summaries = []
+    for trace in (several, one):
+        out = tmp_path / f"{trace.name}.out.json"
+        assert main(["analyze", "--no-cache", "-q", str(trace), "--json", str(out)]) == 0
+        summaries.append(json.loads(out.read_text())["summary"])
+    assert summaries[0] == summaries[1] and summaries[0]["device_busy_us"] == 10.0
+
+
+def test_a_nesting_bomb_in_plain_json_is_refused_in_bounded_memory(tmp_path: Path) -> None:
+    # GIVEN 200 MB of plain JSON nested 100 MB deep (streamed: not read whole)
+    bomb = tmp_path / "nest.json"
+    with bomb.open("wb") as f:
+        f.write(b'{"traceEvents":[')
+        for brackets in (b"[", b"]"):
+            for _ in range(100):
+                f.write(brackets * MB)
+    code, err, rss = peak_rss_mb(["analyze", "--no-cache", "-q", str(bomb)])
+    assert (code, err) == (2, f"stallscope: error: {bomb}: invalid JSON (nested too deeply)")
+    assert rss < 300, rss
+
+
+DEEP = sys.getrecursionlimit() + 1
+
+
+@pytest.mark.parametrize(
+    ("text", "refused"),
+    [
+        (b"[" * (DEEP - 1), False),
+        (b"[" * DEEP, True),
+        (b'{"a":' * DEEP, True),
+        (b'"' + b"[" * DEEP + b'"', False),  # brackets in a string
+        (b'"a\\\\"' + b"[" * DEEP, True),  # an escaped backslash: the string ends at the quote
+        (b'"a\\\\"' + b"[]" * DEEP, False),
+        (b'"a\\"b' + b"[" * DEEP + b'"', False),  # an escaped quote leaves the string open
+        (b'"a\\\\\\"b' + b"[" * DEEP + b'"', False),
+        (b'"a\\\\\\\\"' + b"[" * DEEP, True),
+    ],
+)
+@pytest.mark.parametrize("size", [1, 2, 3, 7, 1 << 20])
+def test_depth_is_read_as_it_streams_outside_strings(text: bytes, refused: bool, size: int) -> None:
+    # GIVEN JSON text cut in blocks of `size` bytes (a backslash and what it escapes may be split)
+    cut = (text[i : i + size] for i in range(0, len(text), size))
+    # WHEN its depth is checked THEN only brackets outside strings count, at the interpreter's limit
+    if refused:
+        with pytest.raises(TooDeep):
+            check_depth(cut)
+    else:
+        check_depth(cut)
+
+
+def test_nesting_just_under_the_limit_is_not_a_bomb(tmp_path: Path) -> None:
+    # GIVEN a streamed trace whose last event (9 MB: no cut in it) holds args nested 500 deep
+    pad = os.urandom(4_500_000).hex().encode()
+    deep = b'{"ph":"i","name":"deep","ts":1,"pid":1,"tid":1,"args":{"a":' + b"[" * 500 + b"]" * 500
+    trace = gzip_stream(tmp_path / "deep.json.gz", [EVENTS, deep, b',"pad":"', pad, b'"}}]}'])
+    out = tmp_path / "a.json"
+    # WHEN analysed THEN it loads (500 deep is deep, not too deep) with its events
+    assert main(["analyze", "--no-cache", "-q", str(trace), "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["summary"]["device_busy_us"] == 10.0
 
 
 def test_millions_of_tiny_events_are_refused_by_count(tmp_path: Path) -> None:

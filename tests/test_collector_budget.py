@@ -148,6 +148,7 @@ def test_second_sigterm_stops_the_write(tmp_path: Path) -> None:
     assert len(lines) == 1 and "kept the sidecar (step timing)" in lines[0]
     assert bundle_trace(out) is None and (out / SIDECAR_NAME).is_file()
     assert _run(out)["trace_write_stopped"] is True
+    assert _run(out)["no_trace"] == "a signal stopped the trace's writing (the partial trace was removed)"
     assert not list(tmp_path.rglob("*.part"))
 
 
@@ -220,3 +221,39 @@ def test_stderr_filter_drops_only_kinetos_lines(capfd: pytest.CaptureFixture[str
         os.write(2, b"STAGE:2026-01-01 1:1 Completed Stage: Collection\n")
     # THEN only Kineto's lines are dropped, the rest comes out after the block
     assert capfd.readouterr().err == "a thread of the program says this\n"
+
+
+@pytest.mark.parametrize("delay", [0.05, 0.2, 0.5])
+def test_a_second_sigterm_soon_after_the_first_still_ends_143_with_the_verdict(
+    tmp_path: Path, delay: float
+) -> None:
+    # GIVEN a small program recording its whole run (a budget: the trace is written in well under a second)
+    script = tmp_path / "endless.py"
+    script.write_text(ENDLESS)
+    out = tmp_path / "o"
+    cmd = [
+        sys.executable,
+        "-m",
+        "stallscope",
+        "profile",
+        "--max-events",
+        "50000",
+        "-o",
+        str(out),
+        str(script),
+    ]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    assert proc.stderr is not None
+    while "ready" not in proc.stderr.readline():
+        pass
+    # WHEN it gets SIGTERM, then a second one this long after, while the bundle is written
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(delay)
+    proc.send_signal(signal.SIGTERM)
+    stdout, rest = proc.communicate(timeout=120)
+    # THEN 143 (not death by the signal), one closing line, and the verdict of what was kept
+    assert proc.returncode == 143, (stdout, rest)
+    assert len([line for line in rest.splitlines() if "interrupted" in line]) == 1, rest
+    assert "verdict" in stdout, (stdout, rest)
+    assert (out / SIDECAR_NAME).is_file()

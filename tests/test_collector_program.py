@@ -3,6 +3,7 @@ the session step aside, and an inference loop's steps come from its model's forw
 
 from __future__ import annotations
 
+import gzip
 import json
 import textwrap
 from pathlib import Path
@@ -77,6 +78,71 @@ def test_a_program_with_its_own_profiler_is_left_alone(
     assert bundle_trace(out) is None
     notes = json.loads((out / SIDECAR_NAME).read_text())["run"]["notes"]
     assert any("runs its own torch.profiler" in n for n in notes)
+
+
+def test_what_was_recorded_before_the_programs_profiler_is_kept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a training loop that runs torch.profiler itself after 4 steps, profiled from its first step
+    out = _run(tmp_path, OWN_PROFILER, *FAST[:-1], "10")  # a window of 10 steps: the program's comes first
+    stdout, stderr = capsys.readouterr()
+    # THEN the program's own profile is complete, and the steps recorded before it are the bundle's trace
+    assert "OWN True True" in stdout
+    (said,) = [line for line in stderr.splitlines() if "stepped aside" in line]
+    assert "kept what it had recorded: steps 3-4;" in said, said  # optimizer steps: 1-2 are never recorded
+    trace = bundle_trace(out)
+    assert trace is not None
+    names = {e.get("name") for e in json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]}
+    assert {"ProfilerStep#3", "ProfilerStep#4", "after step 4"} <= names and "ProfilerStep#5" not in names
+    run = json.loads((out / SIDECAR_NAME).read_text())["run"]
+    assert "no_trace" not in run and run["trace_events"] > 0
+    # AND `stallscope analyze` reads it
+    model = load(out, use_cache=False).models[0]
+    assert model.event_count > 0 and len(model.steps) == 2
+
+
+OWN_PROFILER_NO_STEPS = """\
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+x = torch.randn(16, 16)
+for _ in range(20):
+    x = torch.tanh(x @ x)
+with profile(activities=[ProfilerActivity.CPU]) as prof:
+    y = torch.sigmoid(x)
+names = {e.key for e in prof.key_averages()}
+print("OWN", "aten::sigmoid" in names, "aten::tanh" in names)
+"""
+
+
+def test_a_run_without_steps_keeps_what_ran_before_the_programs_profiler(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a program without steps (recorded from its first torch call) that then runs torch.profiler
+    out = _run(tmp_path, OWN_PROFILER_NO_STEPS, "--no-analyze")
+    stdout, stderr = capsys.readouterr()
+    # THEN the program's profile holds only its own ops, and the bundle's trace those that ran before it
+    assert "OWN True False" in stdout
+    assert "kept what it had recorded: the run from its first torch call;" in stderr
+    trace = bundle_trace(out)
+    assert trace is not None
+    names = [e.get("name") for e in json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]]
+    assert names.count("aten::tanh") == 20 and "aten::sigmoid" not in names
+
+
+def test_a_bundle_without_a_trace_says_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN the bundle of a program whose own profiler started before stallscope recorded anything
+    out = _run(tmp_path, OWN_PROFILER, "--no-analyze")
+    assert bundle_trace(out) is None
+    capsys.readouterr()
+    # WHEN analysed THEN one line says why it holds no trace
+    assert main(["analyze", "--no-cache", str(out)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (
+        f"stallscope: error: {out}: a stallscope bundle without a trace: the program ran its own "
+        "torch.profiler before stallscope recorded anything: stallscope stepped aside (the program's own "
+        "profile is its trace)"
+    )
 
 
 def test_inference_steps_come_from_the_models_forward_calls(tmp_path: Path) -> None:

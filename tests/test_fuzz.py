@@ -9,7 +9,16 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from fuzzing import BREAKERS, Case, check_contract, kineto_cases, mutated_cases, real_trace_docs, write_case
+from fuzzing import (
+    BREAKERS,
+    Case,
+    check_contract,
+    kineto_cases,
+    mutated_cases,
+    nested_cases,
+    real_trace_docs,
+    write_case,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -34,6 +43,14 @@ def _check(case: Case) -> None:
 def test_generated_traces_meet_the_contract(kind: str, data: st.DataObject) -> None:
     # GIVEN a generated trace of this class (valid, or broken one way) THEN it meets the contract
     _check(data.draw(kineto_cases(kind)))
+
+
+@settings(FUZZ, max_examples=12)
+@given(data=st.data())
+def test_deeply_nested_traces_meet_the_contract(data: st.DataObject) -> None:
+    # GIVEN a valid trace nested 100 to 100,000 deep (before, in, inside an event of, or around the event
+    # list; some large enough to be streamed) THEN it meets the contract (nested too deeply: one line)
+    _check(data.draw(nested_cases()))
 
 
 @pytest.mark.skipif(not REAL, reason="../shared/traces not present")

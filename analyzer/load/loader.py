@@ -22,13 +22,15 @@ from stallscope.analyzer.load.decode_pool import (
     start_early,
     stop_early,
 )
-from stallscope.analyzer.load.raw import BATCH_BYTES, decode
+from stallscope.analyzer.load.raw import BATCH_BYTES, TOO_DEEP, decode
 from stallscope.analyzer.load.sidecar import embedded_sidecar, read_sidecar
 from stallscope.analyzer.load.stream import (
     NotStreamable,
     OnlyWhitespace,
+    TooDeep,
     TooLarge,
     blocks,
+    check_depth,
     stream_document,
     stream_pieces,
 )
@@ -100,7 +102,7 @@ def _load_folder(
 ) -> TraceSet:
     files = trace_files(folder)
     if not files:
-        raise TraceError(str(folder), "directory contains no trace files (*.json, *.json.gz)")
+        raise TraceError(str(folder), _no_trace_files(folder))
     models: list[TraceModel] = []
     notes: list[str] = []
     errors: list[TraceError] = []
@@ -122,6 +124,24 @@ def _load_folder(
     if problem:
         notes.append(problem)
     return TraceSet(str(folder), _one_per_rank(models, notes), tuple(notes), sidecar)
+
+
+def _no_trace_files(folder: Path) -> str:
+    return bundle_without_trace(folder) or "directory contains no trace files (*.json, *.json.gz)"
+
+
+def bundle_without_trace(folder: Path) -> str | None:
+    """For a stallscope bundle that holds no trace (only its ``sidecar.json``): one line saying why, from
+    the sidecar; None for any other folder."""
+    if not folder.is_dir() or trace_files(folder):
+        return None
+    sidecar, _problem = read_sidecar(folder)
+    if sidecar is None:
+        return None
+    why = sidecar.run.get("no_trace")
+    if not isinstance(why, str) or not why.strip():
+        why = "its sidecar.json does not say why"
+    return f"a stallscope bundle without a trace: {' '.join(why.split())[:300]}"
 
 
 def _one_per_rank(models: list[TraceModel], notes: list[str]) -> tuple[TraceModel, ...]:
@@ -236,6 +256,8 @@ def load_file(
     if model is None:
         if size > limit:  # not even compressed could it fit
             raise _too_large(path, limit)
+        if streamed:  # the stream gave up: before the document is held whole, its depth is read as it streams
+            _check_depth(path, limit)
         data = _json_bytes(_read(path), path, limit)
         doc = decode(data, str(path))
         del data  # the event slices keep it alive only until the last batch is decoded
@@ -244,6 +266,19 @@ def load_file(
         say("writing the cache")
         cache.store(key, model, path, token)
     return model
+
+
+def _check_depth(path: Path, limit: int) -> None:
+    """Refuse a nesting bomb (or a file past ``limit``) in bounded memory; any other trouble is left to
+    the whole decode, which words it precisely."""
+    try:
+        check_depth(blocks(path, _is_gzip(path), limit))
+    except TooDeep:
+        raise TraceError(str(path), TOO_DEEP) from None
+    except TooLarge:
+        raise _too_large(path, limit) from None
+    except (NotStreamable, OSError, EOFError, zlib.error, ValueError):
+        pass
 
 
 def start_decoding(
@@ -314,7 +349,8 @@ def _is_gzip(path: Path) -> bool:
 def _build_streaming(path: Path, fmt: str, say: Progress, limit: int, workers: int) -> TraceModel | None:
     """Build from a streamed decode; None when the file is not laid out for streaming (then the caller
     decodes it whole, which also gives the precise error for a broken file). Refuses a file past
-    ``limit`` bytes of JSON, and one of whitespace only, as it streams (bounded memory)."""
+    ``limit`` bytes of JSON, one of whitespace only, and one nested too deeply, as it streams (bounded
+    memory)."""
     gzipped = _is_gzip(path)
     try:
         if workers < 1:
@@ -331,5 +367,7 @@ def _build_streaming(path: Path, fmt: str, say: Progress, limit: int, workers: i
         raise _too_large(path, limit) from None
     except OnlyWhitespace:
         raise TraceError(str(path), "empty file (only whitespace)") from None
+    except TooDeep:  # refused as it streams: the whole decode would hold the document first
+        raise TraceError(str(path), TOO_DEEP) from None
     except (NotStreamable, OSError, EOFError, zlib.error, ValueError, RecursionError):
         return None  # ValueError: a decoder's surprise (bad UTF-8, number out of range...)

@@ -22,6 +22,7 @@ from stallscope.analyzer.core.errors import TraceError
 IdValue = int | str | None
 BATCH = 1 << 16  # events per batch when slicing a document held in memory
 BATCH_BYTES = 8 << 20  # bytes of JSON per batch when streaming
+TOO_DEEP = "invalid JSON (nested too deeply)"
 
 
 class RawArgs(msgspec.Struct, gc=False):
@@ -188,7 +189,7 @@ def _describe_json_error(exc: msgspec.DecodeError) -> str:
 
 def _describe_unusable(exc: RecursionError | UnicodeDecodeError) -> str:
     if isinstance(exc, RecursionError):
-        return "invalid JSON (nested too deeply)"
+        return TOO_DEEP
     return f"invalid JSON (not UTF-8 text: {exc.reason} at byte {exc.start})"
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import zlib
 from collections.abc import Iterator
 from operator import attrgetter
@@ -19,6 +20,7 @@ from types import ModuleType
 from typing import Any
 
 import msgspec
+import numpy as np
 
 from stallscope.analyzer.load.raw import (
     BATCH_BYTES,
@@ -38,6 +40,7 @@ except ImportError:  # pragma: no cover - platform without isal wheels
 
 
 _BLOCK = 8 << 20
+_HEAD_BYTES = 64 << 20  # the ``traceEvents`` key is looked for this far
 _INFLATE_ERRORS: tuple[type[Exception], ...] = (zlib.error, _inflate_lib.error)  # isal has its own
 _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _CUT = re.compile(rb"\}\s*,\s*\{")
@@ -56,10 +59,84 @@ class OnlyWhitespace(Exception):
     """The file holds nothing but whitespace."""
 
 
+class TooDeep(Exception):
+    """The JSON nests deeper than the decoder allows (a nesting bomb): refused as it streams, before the
+    document is held whole."""
+
+
+_SKIPPER = msgspec.json.Decoder(msgspec.Raw)
+
+
+def too_deep(text: bytes | bytearray | memoryview) -> bool:
+    """Does this JSON text (a whole document, or only its start) nest deeper than the decoder allows?
+    Parsed, not built: no objects are made. The parser reads left to right, so a prefix that is too deep
+    belongs to a document that is too deep, and one that ends first (truncated) is not known to be."""
+    try:
+        _SKIPPER.decode(text)
+    except RecursionError:
+        return True
+    except (msgspec.MsgspecError, UnicodeDecodeError, ValueError):
+        return False
+    return False
+
+
+_SPECIAL = np.zeros(256, np.int8)  # the bytes that matter to nesting: quotes, backslashes, brackets
+_SPECIAL[list(b'"\\[]{}')] = 1
+_STEP = np.zeros(256, np.int64)
+_STEP[list(b"[{")], _STEP[list(b"]}")] = 1, -1
+
+
+def check_depth(source: Iterator[bytes]) -> None:
+    """Read ``source`` (a document's blocks) and raise ``TooDeep`` as soon as its nesting (brackets
+    outside strings) passes the interpreter's recursion limit, which no decoder of it reaches (they give
+    up at or before it). Memory holds one block: the guard before a document is decoded whole."""
+    limit = sys.getrecursionlimit()
+    depth, in_string, escaped = 0, False, False  # the state where the previous block ended
+    for data in _slices(source, 1 << 20):  # a MB at a time: the arrays made of it are a few times that
+        where = np.flatnonzero(_SPECIAL[data])
+        chars = data[where]
+        keep = np.ones(len(where), np.bool_)
+        if escaped and len(where) and where[0] == 0:
+            keep[0] = False  # the block starts with the character a backslash escaped
+        escaped = False
+        slashes = np.flatnonzero(chars == ord("\\"))
+        if len(slashes):  # rare in traces: each backslash not itself escaped escapes the next byte
+            taken = set()
+            for k in slashes.tolist():
+                pos = int(where[k])
+                if not keep[k] or pos - 1 in taken:
+                    continue
+                taken.add(pos)
+                if pos + 1 == len(data):
+                    escaped = True
+                elif k + 1 < len(where) and where[k + 1] == pos + 1:
+                    keep[k + 1] = False
+            keep[slashes] = False
+        where, chars = where[keep], chars[keep]
+        quotes = chars == ord('"')
+        toggles = np.cumsum(quotes) + in_string  # odd: inside a string (a quote itself counts as inside)
+        outside = (toggles % 2 == 0) & ~quotes
+        steps = _STEP[chars[outside]]
+        if len(steps):
+            levels = np.cumsum(steps) + depth
+            if int(levels.max()) > limit:
+                raise TooDeep()
+            depth = int(levels[-1])
+        in_string = bool(toggles[-1] % 2) if len(toggles) else in_string
+
+
+def _slices(source: Iterator[bytes], size: int) -> Iterator[np.ndarray]:
+    for block in source:
+        data = np.frombuffer(block, np.uint8)
+        for start in range(0, len(data), size):
+            yield data[start : start + size]
+
+
 def blocks(path: Path, gzipped: bool, limit: int | None = None) -> Iterator[bytes]:
     """The file's bytes, gunzipped when ``gzipped``, in blocks of a few MB; ``TooLarge`` once more than
     ``limit`` bytes have come out (counted as they inflate: a bomb is never inflated whole)."""
     inflate: Any = _inflate_lib.decompressobj(wbits=47) if gzipped else None  # 47: gzip/zlib header
+    fed = False  # the current gzip member has been given bytes
     total = 0
     with path.open("rb") as f:
         while True:
@@ -77,14 +154,16 @@ def blocks(path: Path, gzipped: bool, limit: int | None = None) -> Iterator[byte
                     block = inflate.decompress(data, _BLOCK)
                 except _INFLATE_ERRORS as exc:
                     raise NotStreamable(f"gzip: {exc}") from None
+                fed = True
                 total += len(block)
                 if limit is not None and total > limit:
                     raise TooLarge(total)
                 yield block
                 data = inflate.unconsumed_tail
-                if inflate.eof and inflate.unused_data:
-                    raise NotStreamable("several gzip members")
-    if inflate is not None and not inflate.eof:
+                if inflate.eof:  # the member ended: another may follow (``cat a.gz b.gz``), streamed alike
+                    data = inflate.unused_data
+                    inflate, fed = _inflate_lib.decompressobj(wbits=47), False
+    if inflate is not None and fed and not inflate.eof:
         raise NotStreamable("truncated gzip")
 
 
@@ -114,6 +193,8 @@ def decode_batch(text: bytes | memoryview, counters: bool = True) -> Batch:
         events = _BATCH_DECODER.decode(text)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise NotStreamable(str(exc)) from None
+    except RecursionError:  # the piece is the document's own text, read as the whole decode reads it
+        raise TooDeep() from None
     batch = Batch(events)
     if counters and _holds_counters(events):
         batch.counters = counter_samples(text, batch.skipped)
@@ -127,17 +208,22 @@ def _pieces(source: Iterator[bytes], doc: Document) -> Iterator[memoryview | Bat
             block = block.lstrip()
             if not block:
                 continue
+        probe = not buf  # the first block, and the last before giving up, are probed for a nesting bomb
         buf += block
         match = _KEY.search(buf)
         if match:
             break
-        if len(buf) > 64 << 20:
-            raise NotStreamable("no traceEvents list near the start")
+        if len(buf) > _HEAD_BYTES or probe:
+            if too_deep(buf):
+                raise TooDeep()
+            if len(buf) > _HEAD_BYTES:
+                raise NotStreamable("no traceEvents list near the start")
     else:
         raise NotStreamable("no traceEvents list") if buf else OnlyWhitespace()
     head = buf[: match.end() - 1]
     pending = bytearray(buf[match.end() - 1 :])  # starts with the list's '['
     del buf
+    uncut = BATCH_BYTES  # when ``pending`` grows this large without a cut, it is probed for depth
     for block in source:
         pending += block
         if len(pending) < BATCH_BYTES:
@@ -145,6 +231,11 @@ def _pieces(source: Iterator[bytes], doc: Document) -> Iterator[memoryview | Bat
         cut = _last_cut(pending)
         if cut > 0:
             yield from _prefix(pending, cut)
+            uncut = BATCH_BYTES
+        elif len(pending) >= uncut:  # no event ends: one huge event, or a nesting bomb held as it grows
+            if too_deep(pending):
+                raise TooDeep()
+            uncut = 2 * len(pending)  # probed again each time it doubles: linear in all
     cut = _last_cut(pending)
     if cut > 0:  # the last full piece, as every other (a decode worker may take it)
         yield from _prefix(pending, cut)
@@ -199,6 +290,8 @@ def _finish(pending: bytearray, doc: Document) -> tuple[Batch, bytes]:
         events, end = json.JSONDecoder().raw_decode(text)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise NotStreamable(str(exc)) from None
+    except RecursionError:  # the stdlib's limit is not the decoder's: only the decoder's refuses
+        raise (TooDeep() if too_deep(pending) else NotStreamable("nested deeper than json allows")) from None
     if not isinstance(events, list) or not all(isinstance(e, dict) for e in events):
         raise NotStreamable("event list holds non-objects")
     try:

@@ -9,10 +9,14 @@ import importlib.util
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from stallscope.analyzer.core.errors import StallscopeError, UsageError
 from stallscope.collector.options import Capture
 from stallscope.collector.window import DEFAULT_MAX_EVENTS
+
+if TYPE_CHECKING:
+    from stallscope.collector.recording import Recording
 
 _PY_SUFFIXES = (".py", ".pyw")
 _SIGNAL_CODES = (129, 130, 143)  # SIGHUP, SIGINT, SIGTERM
@@ -64,7 +68,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from stallscope.collector.bundle import output_for
-    from stallscope.collector.recording import record
+    from stallscope.collector.recording import after_the_run, record
     from stallscope.collector.run import run_module, run_script
     from stallscope.collector.session import ProfileOptions, Session, require_torch
 
@@ -102,9 +106,16 @@ def run(args: argparse.Namespace) -> int:
     def body() -> int:
         return run_module(target, argv) if args.module else run_script(target, argv)
 
-    rec = record(body, options, output, [target, *argv], program_dir, started)
+    with after_the_run() as after:  # a second SIGTERM soon after the first still gets the verdict
+        rec = record(body, options, output, [target, *argv], program_dir, started)
+        after.run_ended(rec.exit_code)
+        return _after(rec, args)
+
+
+def _after(rec: Recording, args: argparse.Namespace) -> int:
+    """The closing line, the verdict and the bundle (and the upload); the exit code."""
     traced = rec.capture.trace is not None
-    if rec.capture.stepped_aside:  # said once when it happened; the program's own trace is the answer
+    if rec.capture.stepped_aside and not traced:  # said when it happened; the program's own trace answers
         print(f"  bundle    {rec.bundle}")
         return rec.exit_code
     _report(rec.exit_code, rec.bundle, rec.capture, args)
