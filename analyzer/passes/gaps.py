@@ -448,6 +448,7 @@ class _HostWork:
         # blanks so that the _SCAN ops before any op are one row of a sliding window; a blank starts and
         # ends at 0, so it overlaps no window by more than 0 and is never the one named
         blank = np.zeros(self._SCAN)
+        self._window_ends: dict[int, F64] = {}
         self.by_lane: dict[int, tuple[I64, F64, F64, Mask]] = {}
         for chunk in np.split(idx, np.flatnonzero(lanes[1:] != lanes[:-1]) + 1):
             if len(chunk):
@@ -472,12 +473,21 @@ class _HostWork:
             mine = np.flatnonzero(rows & (lanes == lane))
             before = found[1][self._SCAN :].searchsorted(g1[mine], side="left")  # row k: ops k .. k+_SCAN-1
             last = min(self._NARROW, self._SCAN)
-            others_end = window_max(found[2], self._SCAN - last, before)
+            others_end = self._others_end(lane, found[2], self._SCAN - last)[before]
             narrow = others_end <= g0[mine]  # none of the others overlaps the gap (times are finite)
             for width, pick in ((last, narrow), (self._SCAN, ~narrow)):
                 gaps, first = mine[pick], before[pick] + (self._SCAN - width)
                 self._name_busiest(names, found, width, gaps, first, g0, g1, loaders_only)
         return names
+
+    def _others_end(self, lane: int, ends: F64, width: int) -> F64:
+        """Per row of ``lane``'s ops (``busiest``'s ``before``), the latest end of its first ``width`` ops:
+        computed once per thread (the gaps of every device ask the same threads)."""
+        found = self._window_ends.get(lane)
+        if found is None:
+            found = window_max(ends, width, np.arange(len(ends) - self._SCAN + 1))
+            self._window_ends[lane] = found
+        return found
 
     def _name_busiest(
         self,
@@ -492,6 +502,8 @@ class _HostWork:
     ) -> None:
         """``busiest`` over the ``width`` ops from ``first`` on for each of ``gaps``, as the rows of a
         matrix, ``_CHUNK`` gaps at a time."""
+        if not len(gaps):
+            return
         idx, ts, end, annotation = ops
         window = np.lib.stride_tricks.sliding_window_view  # row k: ops k .. k+width-1
         ts_rows, end_rows, annotation_rows = window(ts, width), window(end, width), window(annotation, width)
