@@ -138,8 +138,9 @@ def _idle_by_cause(idle: F64, causes: list[Cause]) -> dict[Cause, float]:
     over the gaps adds them: the same float to the last bit)."""
     code = {cause: n for n, cause in enumerate(Cause)}
     of = np.fromiter(map(code.__getitem__, causes), dtype=np.int8, count=len(causes))
-    totals = {cause: np.cumsum(idle[of == n]) for cause, n in code.items()}
-    return {cause: float(total[-1]) if len(total) else 0.0 for cause, total in totals.items()}
+    present = set(causes)
+    totals = {cause: np.cumsum(idle[of == n]) for cause, n in code.items() if cause in present}
+    return {cause: float(totals[cause][-1]) if cause in totals else 0.0 for cause in code}
 
 
 def _endings(g: Graph, device: int, gap_end: F64) -> I64:
@@ -288,7 +289,7 @@ def _causes_after_sync(
     ending_name = per_call(name, np.asarray(per_call(g.act_event, rest.ending), dtype=np.int64)).tolist()
     launch_name = per_call(name, rest.launch).tolist()
     work = shared.host_work
-    busy_with = work.busiest(rest.lane, rest.r0, rest.g1, np.isin(rest.rule, (_HOST, _DRIVER_BUSY)))
+    busy_with = work.busiest(rest.lane, rest.r0, rest.g1, (rest.rule == _HOST) | (rest.rule == _DRIVER_BUSY))
     loader = work.busiest(rest.lane, rest.r0, rest.g1, rest.rule == _INPUT, loaders_only=True)
     held = _held(model, g, rest, shared.first_start)
     causes: list[Cause] = []
