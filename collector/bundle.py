@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from stallscope.analyzer.core.errors import UsageError
+from stallscope.analyzer.core.numbers import parse_uint
 
 SCHEMA = "stallscope.sidecar/1"
 TRACE_NAME = "trace.pt.trace.json.gz"
@@ -58,9 +59,10 @@ def launcher_rank(environ: Mapping[str, str] | None = None) -> int | None:
     ``torch.distributed.launch`` set ``RANK`` and ``WORLD_SIZE``; a world of one is no job), else None."""
     env = os.environ if environ is None else environ
     rank, world = env.get("RANK", ""), env.get("WORLD_SIZE", "")
-    if not (rank.isdigit() and world.isdigit()) or int(world) < 2:
+    rank_n, world_n = parse_uint(rank), parse_uint(world)
+    if rank_n is None or world_n is None or world_n < 2:
         return None
-    return int(rank)
+    return rank_n
 
 
 def output_for(output: str | Path | None, name: str, environ: Mapping[str, str] | None = None) -> Path:

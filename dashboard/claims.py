@@ -24,6 +24,7 @@ import numpy as np
 from stallscope.analyzer.analysis import Analysis
 from stallscope.analyzer.core.model import I64, of_kind
 from stallscope.analyzer.core.names import ACTIVITY_KINDS
+from stallscope.analyzer.core.numbers import parse_uint
 from stallscope.analyzer.findings.base import Finding
 from stallscope.dashboard.timeline import RowSpec, frame, row_of
 
@@ -53,9 +54,9 @@ def claim(a: Analysis, claim_id: str, job: Mapping[str, Any] | None = None) -> C
     """The claim an id names, or None for an id that names nothing in this analysis. ``collective-<k>``
     (the job document's ``collectives.worst[k]``) needs ``job``, the job document of a rank folder."""
     what, _, num = claim_id.partition("-")
-    if not num.isdigit():
+    i = parse_uint(num)
+    if i is None:
         return None
-    i = int(num)
     specs = frame(a.model, a)
     if what == "finding" and 1 <= i <= len(a.findings):
         return _finding(a, specs, claim_id, a.findings[i - 1])

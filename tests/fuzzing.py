@@ -263,6 +263,13 @@ def _valid_events(rng: random.Random, n: int) -> list[dict[str, Any]]:
         )
     if rng.random() < 0.5:
         events.append(_x("user_annotation", ANNOTATIONS[2], t, rng.uniform(0, 100), 1, 1, {}))
+    if rng.random() < 0.5:  # counter tracks: a device's (pid 0) and one under the host's pid
+        for i in range(rng.randint(1, 4)):
+            pid = rng.choice([0, 1])
+            value = {"value": rng.uniform(0, 100)}
+            events.append(
+                {"ph": "C", "name": "SM occupancy", "pid": pid, "tid": 0, "ts": t * i / 4, "args": value}
+            )
     return events
 
 
@@ -275,7 +282,10 @@ def _x(
 def _document(events: list[Any], rng: random.Random) -> dict[str, Any]:
     doc: dict[str, Any] = {"schemaVersion": 1, "traceEvents": events}
     if rng.random() < 0.7:
-        doc["deviceProperties"] = [{"id": 0, "name": "Fuzz GPU", "totalGlobalMem": 1 << 34}]
+        major = rng.choice([6, 8, 8, "²"])  # 7 and up: the tensor-core rule runs
+        doc["deviceProperties"] = [
+            {"id": 0, "name": "Fuzz GPU", "totalGlobalMem": 1 << 34, "computeMajor": major}
+        ]
     if rng.random() < 0.3:
         doc["distributedInfo"] = {"rank": rng.choice([0, 1, -1, "0", 2**70]), "world_size": 2}
     if rng.random() < 0.2:
@@ -309,6 +319,53 @@ def _odd_numbers(rng: random.Random, events: list[dict[str, Any]]) -> None:
         for e in events:
             if "dur" in e:
                 e["dur"] = 0
+
+
+NUMERIC_KEYS = ("ts", "dur", "pid", "tid", "id")
+NUMERIC_ARGS = ("correlation", "External id", "device", "stream", "Python id", "Python parent id", "bytes")
+# str.isdigit or \\d accept them; int() refuses them (or reads another script's digits, or is over its limit)
+ODD_DIGITS = ("²", "¹²", "٣", "١٢", "⁴2", "0²", "-²", "²e3", "9" * 5000)
+
+
+def _odd_digits(rng: random.Random, events: list[dict[str, Any]]) -> None:
+    """Digits that ``str.isdigit`` or a regular expression's ``\\d`` accept and ``int`` refuses, written as
+    text in every numeric field (event keys, args, counter pids, step numbers, device labels)."""
+    for e in events:  # counter tracks under a pid of odd digits
+        if e.get("ph") == "C" and rng.random() < 0.7:
+            e["pid"] = rng.choice(ODD_DIGITS)
+    for e in rng.sample(events, min(len(events), rng.randint(1, 10))):
+        for key in rng.sample(NUMERIC_KEYS, rng.randint(1, len(NUMERIC_KEYS))):
+            if key in e or rng.random() < 0.3:
+                e[key] = rng.choice(ODD_DIGITS)
+        args = e.get("args")
+        if isinstance(args, dict):
+            for key in rng.sample(NUMERIC_ARGS, rng.randint(1, 3)):
+                args[key] = rng.choice(ODD_DIGITS)
+            if e.get("ph") == "M":
+                args["labels"] = rng.choice(["MTIA ", "GPU ", "TPU "]) + rng.choice(ODD_DIGITS)
+        if e.get("cat") == "user_annotation" and rng.random() < 0.5:
+            e["name"] = rng.choice(["ProfilerStep#", "iteration#"]) + rng.choice(ODD_DIGITS)
+
+
+SUBNORMAL_AND_HUGE = (5e-324, 1e-320, 2.2e-308, 1e-300, 1e300, 1.7976931348623157e308, 1e18)
+
+
+def _odd_durations(rng: random.Random, events: list[dict[str, Any]]) -> None:
+    """Subnormal and huge durations: busy times whose shares round to zero, ends that overflow to inf."""
+    timed = [e for e in events if "dur" in e]
+    for e in rng.sample(timed, min(len(timed), rng.randint(1, 8))):
+        e["dur"] = rng.choice(SUBNORMAL_AND_HUGE)
+        if rng.random() < 0.3:
+            e["ts"] = rng.choice([0, 0.0, 5e-324, 1e300])
+    if timed and rng.random() < 0.5:  # the trace moved to start at 0, every device event a subnormal at 0:
+        start = min(e["ts"] for e in timed if isinstance(e.get("ts"), float | int))  # busy time is positive,
+        for e in events:  # a share of it rounds to zero
+            if isinstance(e.get("ts"), float | int) and e["ts"] < 1e299:
+                e["ts"] -= start
+            if e.get("pid") == 0 and "dur" in e:
+                e["ts"], e["dur"] = 0, 5e-324
+                if e.get("cat") == "kernel" and rng.random() < 0.8:
+                    e["name"] = "add_kernel"  # no FP32 GEMM in the share either
 
 
 def _odd_text(rng: random.Random, events: list[dict[str, Any]]) -> None:
@@ -362,6 +419,7 @@ def _cycles(rng: random.Random, events: list[dict[str, Any]]) -> None:
 BREAKERS: dict[str, Callable[[random.Random, list[dict[str, Any]]], None] | None] = {
     "valid": None, "types": _break_types, "missing": _drop_keys, "numbers": _odd_numbers,
     "unicode": _odd_text, "order": _disorder, "orphans": _orphans, "nesting": _nesting, "cycles": _cycles,
+    "digits": _odd_digits, "durations": _odd_durations,
 }  # fmt: skip
 
 

@@ -19,6 +19,7 @@ from _kineto import SAMPLES, document, launch_pair, span, write_trace_file
 
 import stallscope.analyzer.load.loader
 from stallscope.analyzer.load.loader import load
+from stallscope.collector.bundle import launcher_rank
 from stallscope.commands import main
 
 SAMPLE = SAMPLES / "item_in_loop.pt.trace.json.gz"
@@ -244,3 +245,19 @@ def test_huge_process_and_thread_ids_are_kept(write_trace: Callable[..., Path]) 
     assert m.event_count == 3
     assert len({int(x) for x in m.events.lane}) == 3
     assert {lane.pid for lane in m.lanes} >= {str(2**70), "worker"}
+
+
+@pytest.mark.parametrize(
+    ("rank", "world", "expected"),
+    [
+        ("1", "4", 1),
+        ("²", "4", None),
+        ("1", "⁴", None),
+        ("١", "4", None),
+        ("0", "1", None),
+        ("9" * 5000, "4", None),
+    ],
+)
+def test_launcher_rank_reads_only_ascii_digits(rank: str, world: str, expected: int | None) -> None:
+    # GIVEN RANK / WORLD_SIZE as a launcher (or a hostile environment) sets them THEN only ASCII numbers count
+    assert launcher_rank({"RANK": rank, "WORLD_SIZE": world}) == expected

@@ -141,3 +141,11 @@ def test_a_straggler_opens_the_collective_on_this_rank_with_its_kernel_outlined(
     page = report.render(a, job=job)
     assert 'data-claim="collective-0"' in page.split('id="job-findings"', 1)[1].split("</ol>", 1)[0]
     assert 'data-claim="collective-0"' in page.split('id="job-worst"', 1)[1]
+
+
+@pytest.mark.parametrize("claim_id", ["sync-²", "finding-¹", "gap-١", "sync-" + "9" * 5000])
+def test_an_id_whose_number_is_not_ascii_digits_names_nothing(item: Analysis, claim_id: str) -> None:
+    # GIVEN a claim id whose number str.isdigit accepts but int() refuses (or that is too long for int())
+    # THEN it names nothing, as any unknown id, where the sync-0 claim still exists
+    assert claims.claim(item, "sync-0") is not None
+    assert claims.claim(item, claim_id) is None

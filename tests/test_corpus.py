@@ -118,3 +118,26 @@ def test_check_exits_2_not_1_when_it_cannot_analyse(
         f"stallscope: internal error on {trace}: ZeroDivisionError: float division by zero "
         "(set STALLSCOPE_TRACEBACK=1 for details; please report it)\n"
     )
+
+
+def test_subnormal_kernel_duration_gives_no_tensor_core_finding(tmp_path: Path) -> None:
+    # GIVEN one non-GEMM kernel lasting 5e-324 µs on a compute-capability 8 device: busy time is positive
+    # and its 10% rounds to 0 (the tensor-core rule used to take the min of an empty set of GEMM names)
+    doc = _analyse("subnormal_kernel_duration.json", tmp_path)
+    summary, findings = doc["summary"], doc["findings"]
+    assert isinstance(summary, dict) and isinstance(findings, list)
+    # THEN the busy time is that subnormal duration and no rule speaks of tensor cores
+    assert summary["device_busy_us"] == 5e-324
+    assert [f["rule"] for f in findings] == ["low_utilization"]
+
+
+def test_superscript_counter_pid_is_no_device(tmp_path: Path) -> None:
+    # GIVEN counter samples under pid "²" (str.isdigit accepts it, int() does not) and a device label "MTIA ²"
+    doc = _analyse("superscript_counter_pid.json", tmp_path)
+    counters = doc["counters"]
+    assert isinstance(counters, list)
+    # THEN the series is kept, on no device, and the one under pid 0 belongs to device 0
+    assert [(c["name"], c["pid"], c["device"], c["samples"]) for c in counters] == [
+        ("SM occupancy", "²", -1, 2),
+        ("power", "0", 0, 1),
+    ]

@@ -232,9 +232,35 @@ class TraceModel:
     def name_of(self, event: int) -> str:
         return self.strings[int(self.events.name[event])]
 
+    @cached_property
+    def lane_device(self) -> I64:
+        """Each lane's device index (streams and device-wide records); -1 for host threads. Built once:
+        per-device questions index it instead of walking the lanes again for each device."""
+        return np.array([lane.device if lane.on_device else -1 for lane in self.lanes], dtype=np.int64)
+
+    @cached_property
+    def lane_on_device(self) -> Mask:
+        """Per-lane mask of the device lanes (streams and device-wide records)."""
+        return np.array([lane.on_device for lane in self.lanes], dtype=np.bool_)
+
     def device_lanes(self, device: int) -> Mask:
         """Per-lane mask of the lanes (streams and device-wide records) of one device."""
-        return np.array([lane.on_device and lane.device == device for lane in self.lanes], dtype=np.bool_)
+        return np.asarray(self.lane_device == device, dtype=np.bool_)
+
+    @cached_property
+    def _activities_by_device(self) -> dict[int, I64]:
+        ev = self.events
+        acts = np.flatnonzero(ev.activity_mask())
+        device = self.lane_device[ev.lane[acts]] if len(self.lanes) else np.full(len(acts), -1, np.int64)
+        order = np.argsort(device, kind="stable")  # one sort groups them: event order within each device
+        acts, device = acts[order], device[order]
+        keys, first = np.unique(device, return_index=True)
+        bounds = np.append(first, len(device))
+        return {int(k): acts[bounds[i] : bounds[i + 1]] for i, k in enumerate(keys.tolist()) if k >= 0}
+
+    def device_activities(self, device: int) -> I64:
+        """The activities (kernels, copies, memsets...) on one device's lanes, in event order."""
+        return self._activities_by_device.get(device, np.zeros(0, dtype=np.int64))
 
     def lanes_of(self, kind: LaneKind) -> list[Lane]:
         return [lane for lane in self.lanes if lane.kind == kind]

@@ -152,8 +152,8 @@ def tensor_cores_unused(a: Evidence) -> list[Finding]:
     fp32_count = len(chosen)
     names = {model.strings[c] for c, k in kind.items() if k == "fp32"}
     busy = a.summary.device_busy_us
-    if busy <= 0 or fp32_us < _TC_MIN_SHARE * busy:
-        return []
+    if not names or busy <= 0 or fp32_us <= 0 or fp32_us < _TC_MIN_SHARE * busy:
+        return []  # no FP32 GEMM time (a subnormal busy time makes its 10% zero): nothing to say
     share = fp32_us / busy
     compute_2x = a.whatif.sensitivity_us.get("device", 0.0) if a.whatif else 0.0
     saving = max(compute_2x, 0.0) * share  # compute 2x halves every compute kernel: keep these ones' share

@@ -13,7 +13,7 @@ from dataclasses import replace
 import numpy as np
 
 from stallscope.analyzer.core import intervals
-from stallscope.analyzer.core.arrays import distinct
+from stallscope.analyzer.core.arrays import distinct, group_order
 from stallscope.analyzer.core.model import F64, I64, Mask, TraceModel
 from stallscope.analyzer.core.names import ApiKind, EventKind, memcpy_is_async
 from stallscope.analyzer.core.numbers import ratio
@@ -104,16 +104,15 @@ def copy_compute_serialized(a: Evidence) -> list[Finding]:
     host_copy = _host_copies(m, g) & inside
     pageable = _by_name(m, lambda s: "Pageable" in s)[ev.name[g.act_event]]
     out: list[Finding] = []
-    for device in distinct(g.act_device).tolist():
-        on = g.act_device == device
-        compute = distinct(g.act_lane[on & kernel & inside])
-        copies = np.flatnonzero(on & host_copy & ~pageable & np.isin(g.act_lane, compute))
+    for device, acts in g.act_by_device.items():  # by device, each device's in activity order
+        compute = distinct(g.act_lane[acts[kernel[acts] & inside[acts]]])
+        copies = acts[host_copy[acts] & ~pageable[acts] & np.isin(g.act_lane[acts], compute)]
         copy_us = _clipped(g, copies, lo, hi)
-        if (
-            not len(copies)
-            or copy_us < COPY_SHARE * wall
-            or _copies_overlap_kernels(g, on & host_copy, kernel)
-        ):
+        if not len(copies) or copy_us < COPY_SHARE * wall:
+            continue
+        on = np.zeros(len(g.act_device), dtype=np.bool_)
+        on[acts] = True
+        if _copies_overlap_kernels(g, on & host_copy, kernel):
             continue
         cost = _on_critical_path(a, g, copies) if a.critical is not None else copy_us
         saving = min(_saving_without(a, g, copies), cost)
@@ -202,10 +201,13 @@ def streams_never_overlapped(a: Evidence) -> list[Finding]:
     lo, hi, wall = a.window.start_us, a.window.end_us, a.window.dur_us
     inside = (g.act_end > lo) & (g.act_start < hi)
     out: list[Finding] = []
-    for device in distinct(g.act_device).tolist():
+    for device, acts in g.act_by_device.items():
         work: dict[int, I64] = {}
-        for lane in distinct(g.act_lane[inside & (g.act_device == device)]).tolist():
-            idx = np.flatnonzero(inside & (g.act_lane == lane))
+        mine = acts[inside[acts]]
+        mine = mine[group_order(g.act_lane[mine])]  # by lane (one sort), each lane's in activity order
+        cuts = np.flatnonzero(np.diff(g.act_lane[mine])) + 1
+        for idx in np.split(mine, cuts):  # a lane is on one device: its activities are all here
+            lane = int(g.act_lane[idx[0]]) if len(idx) else -1
             if len(idx) >= MIN_STREAM_ACTIVITIES and m.lanes[lane].stream >= 0:
                 work[lane] = idx
         if len(work) < 2:

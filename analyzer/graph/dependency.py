@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
+from functools import cached_property
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -123,6 +125,26 @@ class Graph:
     @property
     def activities(self) -> int:
         return len(self.act_event)
+
+    @cached_property
+    def act_by_device(self) -> dict[int, I64]:
+        """Each device's activities (indices, in activity order), grouped with one sort: a pass that
+        looks at each device in turn indexes this instead of scanning every activity per device."""
+        order = np.argsort(self.act_device, kind="stable")
+        device = self.act_device[order]
+        keys, first = np.unique(device, return_index=True)
+        bounds = np.append(first, len(order))
+        return {int(k): order[bounds[i] : bounds[i + 1]] for i, k in enumerate(keys.tolist())}
+
+    def device_acts(self, device: int) -> I64:
+        """The activities of one device (indices, in activity order)."""
+        return self.act_by_device.get(device, np.zeros(0, dtype=np.int64))
+
+    @cached_property
+    def memo(self) -> dict[str, Any]:
+        """What a pass derives once from this graph (and its model) and reuses for each device, by the
+        pass's key; filled on first use, never part of the graph's answers."""
+        return {}
 
     def issued(self) -> F64:
         """When each activity was issued: its call's start (its return for a pageable HtoD copy), or its

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from stallscope.analyzer.core.arrays import distinct
+from stallscope.analyzer.core.arrays import group_order
 from stallscope.analyzer.core.model import F64, I64
 
 DEFAULT_LATENCY_US = 5.0  # launch latency when none can be measured
@@ -47,9 +47,10 @@ def launch_latency(observed: F64, free: npt.NDArray[np.bool_], device: I64) -> L
     """Typical and plausible launch latency per device, from launches onto an idle stream (``free``)."""
     typical = np.full(len(observed), DEFAULT_LATENCY_US)
     bound = np.full(len(observed), _MIN_BOUND_US)
-    for d in distinct(device).tolist():
-        on = device == d
-        sample = observed[free & on]
+    order = group_order(device)  # each device's activities with one sort, not a scan per device
+    cuts = np.flatnonzero(np.diff(device[order])) + 1
+    for on in np.split(order, cuts):
+        sample = observed[on[free[on]]]
         if len(sample):
             p90 = float(np.percentile(sample, 90))
             bound[on] = min(max(_MIN_BOUND_US, _BOUND_FACTOR * p90), MAX_BOUND_US)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from stallscope.analyzer.core.arrays import group_order
-from stallscope.analyzer.core.model import F64, I64, LaneKind, TraceModel
+from stallscope.analyzer.core.model import F64, I64, LaneKind, Mask, TraceModel
 from stallscope.analyzer.core.names import STEP_PREFIX, EventKind
 
 MIN_GAP_US = 50.0
@@ -89,6 +89,17 @@ class Threads:
             ends = np.maximum.accumulate(call_end[mine]) if len(mine) else np.zeros(0)
             self.lanes[lane] = _Lane(ev.ts[chunk], ev.end[chunk], mine, ends)
         self.scheduling = [lane for lane, t in self.lanes.items() if len(t.calls)]
+        # the calling threads' work in one table, by start and by end: a question about a stretch of time
+        # looks only at the threads with work in it, not at every thread (traces can have thousands)
+        calling = [self.lanes[lane] for lane in self.scheduling]
+        counts = [len(t.starts) for t in calling]
+        starts = np.concatenate([t.starts for t in calling]) if calling else np.zeros(0)
+        ends = np.concatenate([t.ends for t in calling]) if calling else np.zeros(0)
+        by_start, by_end = np.argsort(starts, kind="stable"), np.argsort(ends, kind="stable")
+        self._starts = starts[by_start]
+        rank = np.repeat(np.arange(len(calling), dtype=np.int64), counts)
+        self._ends, self._end_rank = ends[by_end], rank[by_end]
+        self._first = np.array([t.first for t in calling], dtype=np.float64)
 
     def first(self, lane: int) -> float:
         """When the thread's first event started (+inf for a thread without events)."""
@@ -114,8 +125,7 @@ class Threads:
         dur = hi - lo
         if dur < MIN_GAP_US or len(self.scheduling) < 2 or self.own(lane, lo, hi) >= _OWN_SHARE * dur:
             return None
-        best: Handoff | None = None
-        for other in self.scheduling:
+        for other in self._resumable(hi - _RESUME_SHARE * dur, hi, _SPAN_SHARE * dur):
             if other == lane:
                 continue
             t = self.lanes[other]
@@ -128,9 +138,40 @@ class Threads:
             j = int(t.call_ends.searchsorted(at, side="right")) - 1
             if j < 0:
                 continue
-            if best is None or at > best.at:
-                best = Handoff(other, int(t.calls[j]), at)
-        return best
+            return Handoff(other, int(t.calls[j]), at)  # the latest end (the first thread on a tie)
+        return None
+
+    def _resumable(self, lo: float, hi: float, span: float) -> list[int]:
+        """The calling threads with work ending in ``[lo, hi]`` that ran for at least ``span`` from their
+        first event to their last end there (both bounds widened by a rounding's worth): the only ones
+        whose last work before ``hi`` can end after ``lo`` having started ``span`` before. Latest last
+        end first, then in the order of ``scheduling``."""
+        slack = 1e-9 * (abs(lo) + abs(hi) + abs(span) + 1.0)
+        a = int(self._ends.searchsorted(lo - slack, side="left"))
+        b = int(self._ends.searchsorted(hi, side="right"))
+        ends, rank = self._ends[a:b][::-1], self._end_rank[a:b][::-1]
+        threads, latest = np.unique(rank, return_index=True)  # each thread's last end by hi (ends ascend)
+        at = ends[latest]
+        long = at - self._first[threads] >= span - slack
+        threads, at = threads[long], at[long]
+        order = np.lexsort((threads, -at))
+        return [self.scheduling[r] for r in threads[order].tolist()]
+
+    def busy_elsewhere(self, call_lane: I64, lo: F64, hi: F64) -> Mask:
+        """Per stretch ``(lo, hi)`` of a thread ``call_lane``: another calling thread started work inside
+        it."""
+        starts = self._starts
+        count = starts.searchsorted(hi, side="left") - starts.searchsorted(lo, side="right")
+        order = group_order(call_lane)
+        cuts = np.flatnonzero(np.diff(call_lane[order])) + 1
+        for chunk in np.split(order, cuts):  # minus each thread's own starts inside its stretches
+            t = self.lanes.get(int(call_lane[chunk[0]])) if len(chunk) else None
+            if t is not None and len(t.calls):
+                own = np.sort(t.starts)
+                count[chunk] -= own.searchsorted(hi[chunk], side="left") - own.searchsorted(
+                    lo[chunk], side="right"
+                )
+        return np.asarray(count > 0, dtype=np.bool_)
 
     def _last_end(self, lane: int, lo: float, hi: float) -> float:
         t = self.lanes.get(lane)
@@ -182,12 +223,7 @@ def handoffs(
         return CallHandoffs(dep, at, own)
     lo = call_start - call_gap
     candidates = call_gap >= MIN_GAP_US
-    busy_elsewhere = np.zeros(n, dtype=np.bool_)
-    for other in threads.scheduling:
-        t = threads.lanes[other]
-        starts = np.sort(t.starts)
-        inside = np.searchsorted(starts, call_start, side="left") > np.searchsorted(starts, lo, side="right")
-        busy_elsewhere |= inside & (call_lane != other)
+    busy_elsewhere = threads.busy_elsewhere(call_lane, lo, call_start)
     for c in np.flatnonzero(candidates & busy_elsewhere).tolist():
         lane, a, b = int(call_lane[c]), float(lo[c]), float(call_start[c])
         h = threads.waited_for(lane, a, b)

@@ -24,6 +24,7 @@ from stallscope.analyzer.core.names import (
     is_command_category,
     is_range_category,
 )
+from stallscope.analyzer.core.numbers import parse_uint
 from stallscope.analyzer.load.raw import RawEvent
 
 
@@ -73,6 +74,7 @@ def accelerator_labels(meta: list[RawEvent]) -> dict[int, str]:
         if m.name != "process_labels" or m.args is None or not isinstance(m.args.labels, str):
             continue
         kind, _, index = m.args.labels.strip().partition(" ")
-        if index.isdigit() and kind.isalpha() and kind.upper() not in ("GPU", "CPU"):
-            labels[int(index)] = f"{kind} {index}"
+        number = parse_uint(index)
+        if number is not None and kind.isalpha() and kind.upper() not in ("GPU", "CPU"):
+            labels[number] = f"{kind} {index}"
     return labels

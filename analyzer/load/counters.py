@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from stallscope.analyzer.core.model import F64, Counters, Series
+from stallscope.analyzer.core.numbers import parse_uint
 from stallscope.analyzer.load.raw import CounterSample
 
 _UNITS = frozenset({"bytes", "b", "kb", "mb", "gb", "us", "ms", "ns", "s", "percent", "%", "w", "mhz", "c"})
@@ -68,8 +69,8 @@ class CounterBuilder:
         order = np.lexsort((ts, series))
         meta = []
         for (name, unit, pid, is_range), _code in sorted(self.codes.items(), key=lambda kv: kv[1]):
-            numeric = int(pid) if pid.lstrip("-").isdigit() and len(pid) < 19 else -1
-            device = numeric if numeric >= 0 and (is_range or numeric in device_ids) else -1
+            numeric = parse_uint(pid)
+            device = numeric if numeric is not None and (is_range or numeric in device_ids) else -1
             meta.append(Series(name, unit, pid, device))
         return Counters(tuple(meta), series[order], ts[order], value[order])
 

@@ -102,11 +102,12 @@ def find_gaps(
     hi = np.concatenate([bs, [end_us]])
     keep = (hi - lo) >= min_gap_us
     lo, hi = lo[keep], hi[keep]
-    leads = _Leads(g, device)
+    shared = _Shared.of(model, g)
+    leads = _Leads(g, device, shared)
     lead, charge = leads.charges(lo, hi)
-    host_time = _HostTime(model, g, device, input_by_lane, untraced_by_lane or {})
+    host_time = _HostTime(model, g, device, input_by_lane, untraced_by_lane or {}, shared)
     rest = _rest(g, lo + charge, hi, _endings(g, device, hi), host_time)
-    causes, details = _causes_after_sync(model, g, rest, _HostWork(model))
+    causes, details = _causes_after_sync(model, g, rest, shared)
     # the launching line is where to look unless the activity waited for something else
     located = np.array([c is not Cause.DEPENDENCY for c in causes], dtype=np.bool_)
     launched = (rest.rule != _NO_CALL) & (rest.rule != _DRIVER_BUSY)  # a launch call is known
@@ -137,13 +138,14 @@ def _idle_by_cause(idle: F64, causes: list[Cause]) -> dict[Cause, float]:
     over the gaps adds them: the same float to the last bit)."""
     code = {cause: n for n, cause in enumerate(Cause)}
     of = np.fromiter(map(code.__getitem__, causes), dtype=np.int8, count=len(causes))
-    totals = {cause: np.cumsum(idle[of == n]) for cause, n in code.items()}
-    return {cause: float(total[-1]) if len(total) else 0.0 for cause, total in totals.items()}
+    present = set(causes)
+    totals = {cause: np.cumsum(idle[of == n]) for cause, n in code.items() if cause in present}
+    return {cause: float(totals[cause][-1]) if cause in totals else 0.0 for cause in code}
 
 
 def _endings(g: Graph, device: int, gap_end: F64) -> I64:
     """The activity of ``device`` that starts as each gap ends (-1: none does)."""
-    mine = np.flatnonzero(g.act_device == device)
+    mine = g.device_acts(device)
     if not len(mine):
         return np.full(len(gap_end), -1, dtype=np.int64)
     order = mine[np.argsort(g.act_start[mine], kind="stable")]
@@ -156,16 +158,10 @@ def _endings(g: Graph, device: int, gap_end: F64) -> I64:
 class _Leads:
     """Blocking calls that waited for this device's work, in order of the completion they waited for."""
 
-    def __init__(self, g: Graph, device: int) -> None:
-        waited = g.waited()
-        order = np.argsort(g.call_awaited, kind="stable")
-        self.calls = [
-            c
-            for c in order[waited[order] > 0].tolist()
-            if any(g.act_device[a] == device for a in g.call_waits[c])
-        ]
+    def __init__(self, g: Graph, device: int, shared: _Shared) -> None:
+        self.calls = shared.leads.get(device, [])
         self.done = g.call_awaited[np.array(self.calls, dtype=np.int64)]
-        self.waited = {c: float(waited[c]) for c in self.calls}
+        self.waited = {c: float(shared.waited[c]) for c in self.calls}
 
     def charges(self, lo: F64, hi: F64) -> tuple[I64, F64]:
         """Per gap (in time order): the call whose lead it is in and the µs charged to that call (-1 and
@@ -202,18 +198,15 @@ class _HostTime:
         device: int,
         inputs: dict[int, tuple[F64, F64]],
         untraced: dict[int, tuple[F64, F64]],
+        shared: _Shared,
     ) -> None:
         self.inputs, self.untraced = inputs, untraced
-        mine = (g.act_device == device) & (g.act_call >= 0)
-        lanes = per_call(g.call_lane, g.act_call[mine]) if mine.any() else g.call_lane
+        acts = g.device_acts(device)
+        mine = acts[g.act_call[acts] >= 0]
+        lanes = per_call(g.call_lane, g.act_call[mine]) if len(mine) else g.call_lane
         self.driver = int(np.bincount(lanes).argmax()) if len(lanes) else -1
-        ev = model.events
-        step = np.array([s.startswith("ProfilerStep#") for s in model.strings], dtype=np.bool_)
-        host = np.array([not lane.on_device for lane in model.lanes], dtype=np.bool_)[ev.lane]
-        work = host & ev.is_kind(*_WORK_KINDS) & ~step[ev.name]
-        on = work & (ev.lane == self.driver)
-        self.driver_work = intervals.union(ev.ts[on], ev.end[on])
-        self.any_work = intervals.union(ev.ts[work], ev.end[work])  # every thread's (after the last work)
+        self.driver_work = shared.work_of(self.driver)
+        self.any_work = shared.any_work  # every thread's (after the last work)
 
     def share_of(self, parts: dict[int, tuple[F64, F64]], lane: I64, lo: F64, hi: F64, rows: Mask) -> F64:
         """Per gap of ``rows``, the part of ``[lo, hi]`` its thread ``lane`` spent in ``parts`` (0 for the
@@ -289,15 +282,16 @@ def _rest(g: Graph, r0: F64, g1: F64, ending: I64, host: _HostTime) -> _Rest:
 
 
 def _causes_after_sync(
-    model: TraceModel, g: Graph, rest: _Rest, work: _HostWork
+    model: TraceModel, g: Graph, rest: _Rest, shared: _Shared
 ) -> tuple[list[Cause], list[str]]:
     """Each gap's cause after sync (from ``_rest``'s rule) and the detail that says why."""
     strings, name = model.strings, model.events.name
     ending_name = per_call(name, np.asarray(per_call(g.act_event, rest.ending), dtype=np.int64)).tolist()
     launch_name = per_call(name, rest.launch).tolist()
-    busy_with = work.busiest(rest.lane, rest.r0, rest.g1, np.isin(rest.rule, (_HOST, _DRIVER_BUSY)))
+    work = shared.host_work
+    busy_with = work.busiest(rest.lane, rest.r0, rest.g1, (rest.rule == _HOST) | (rest.rule == _DRIVER_BUSY))
     loader = work.busiest(rest.lane, rest.r0, rest.g1, rest.rule == _INPUT, loaders_only=True)
-    held = _held(model, g, rest)
+    held = _held(model, g, rest, shared.first_start)
     causes: list[Cause] = []
     details: list[str] = []
     for i, (rule, ending) in enumerate(zip(rest.rule.tolist(), rest.ending.tolist(), strict=True)):
@@ -329,7 +323,7 @@ def _causes_after_sync(
     return causes, details
 
 
-def _held(model: TraceModel, g: Graph, rest: _Rest) -> dict[int, tuple[Cause, str]]:
+def _held(model: TraceModel, g: Graph, rest: _Rest, first_start: F64) -> dict[int, tuple[Cause, str]]:
     """The gaps whose activity was launched before their rest began (or held far longer than the host
     took to launch it): launch latency when the delay is plausible for this device, else whatever held it
     (a collective's other ranks, a stream wait, a graph's order)."""
@@ -345,7 +339,7 @@ def _held(model: TraceModel, g: Graph, rest: _Rest) -> dict[int, tuple[Cause, st
         (delay <= g.act_bound[ending]).tolist(),
         g.call_after_wait[call].tolist(),
         (ev.api[launch] == ApiKind.GRAPH_LAUNCH).tolist(),
-        _first_of_call(g, ending).tolist(),
+        _first_of_call(g, ending, first_start).tolist(),
     )
     verdicts: dict[int, tuple[Cause, str]] = {}
     for i, name, launched, held_us, plausible, after_wait, graph, first in zip(*columns, strict=True):
@@ -370,11 +364,17 @@ def _held(model: TraceModel, g: Graph, rest: _Rest) -> dict[int, tuple[Cause, st
     return verdicts
 
 
-def _first_of_call(g: Graph, acts: I64) -> Mask:
-    """Per activity in ``acts``: none of the activities its launch call issued started before it."""
+def _first_starts(g: Graph) -> F64:
+    """Per call, the earliest start of the activities it issued (inf: none)."""
     linked = np.flatnonzero(g.act_call >= 0)
     first = np.full(g.calls, np.inf)
     np.minimum.at(first, g.act_call[linked], g.act_start[linked])
+    return first
+
+
+def _first_of_call(g: Graph, acts: I64, first: F64) -> Mask:
+    """Per activity in ``acts``: none of the activities its launch call issued started before it
+    (``first``: each call's earliest activity start)."""
     call = g.act_call[acts]
     earliest = np.asarray(per_call(first, call), dtype=np.float64)
     return np.asarray((call < 0) | (g.act_start[acts] <= earliest))
@@ -383,6 +383,51 @@ def _first_of_call(g: Graph, acts: I64) -> Mask:
 def _op(model: TraceModel, event: int) -> str:
     op = int(model.events.op[event])
     return f" in {model.name_of(op)}" if op >= 0 else ""
+
+
+class _Shared:
+    """What the gaps of every device read and no device changes, derived once per graph (a trace can
+    have thousands of devices or streams: nothing here is recomputed, or rescanned, per device)."""
+
+    _KEY = "gaps"
+
+    def __init__(self, model: TraceModel, g: Graph) -> None:
+        ev = model.events
+        step = np.array([s.startswith("ProfilerStep#") for s in model.strings], dtype=np.bool_)
+        host = ~model.lane_on_device[ev.lane]
+        work = np.flatnonzero(host & ev.is_kind(*_WORK_KINDS) & ~step[ev.name])
+        self._ts, self._end = ev.ts, ev.end
+        self.any_work = intervals.union(ev.ts[work], ev.end[work])
+        work = work[group_order(ev.lane[work])]  # by lane, then event order
+        lanes = ev.lane[work]
+        cuts = np.flatnonzero(lanes[1:] != lanes[:-1]) + 1
+        self._work = {int(ev.lane[c[0]]): np.sort(c) for c in np.split(work, cuts) if len(c)}
+        self._work_union: dict[int, tuple[F64, F64]] = {}
+        self.host_work = _HostWork(model)
+        self.first_start = _first_starts(g)
+        # blocking calls that waited (in order of the completion they waited for), by each device waited on
+        self.waited = g.waited()
+        order = np.argsort(g.call_awaited, kind="stable")
+        self.leads: dict[int, list[int]] = {}
+        for c in order[self.waited[order] > 0].tolist():
+            for d in dict.fromkeys(int(g.act_device[a]) for a in g.call_waits[c]):
+                self.leads.setdefault(d, []).append(c)
+
+    def work_of(self, lane: int) -> tuple[F64, F64]:
+        """The union of the host work events of thread ``lane`` (empty for -1 or a thread without any)."""
+        if lane not in self._work_union:
+            on = self._work.get(lane, np.zeros(0, dtype=np.int64))
+            self._work_union[lane] = intervals.union(self._ts[on], self._end[on])
+        return self._work_union[lane]
+
+    @classmethod
+    def of(cls, model: TraceModel, g: Graph) -> _Shared:
+        found = g.memo.get(cls._KEY)
+        if isinstance(found, tuple) and found[0] is model and isinstance(found[1], _Shared):
+            return found[1]
+        shared = cls(model, g)
+        g.memo[cls._KEY] = (model, shared)
+        return shared
 
 
 class _HostWork:
@@ -404,6 +449,7 @@ class _HostWork:
         # blanks so that the _SCAN ops before any op are one row of a sliding window; a blank starts and
         # ends at 0, so it overlaps no window by more than 0 and is never the one named
         blank = np.zeros(self._SCAN)
+        self._window_ends: dict[int, F64] = {}
         self.by_lane: dict[int, tuple[I64, F64, F64, Mask]] = {}
         for chunk in np.split(idx, np.flatnonzero(lanes[1:] != lanes[:-1]) + 1):
             if len(chunk):
@@ -428,12 +474,21 @@ class _HostWork:
             mine = np.flatnonzero(rows & (lanes == lane))
             before = found[1][self._SCAN :].searchsorted(g1[mine], side="left")  # row k: ops k .. k+_SCAN-1
             last = min(self._NARROW, self._SCAN)
-            others_end = window_max(found[2], self._SCAN - last, before)
+            others_end = self._others_end(lane, found[2], self._SCAN - last)[before]
             narrow = others_end <= g0[mine]  # none of the others overlaps the gap (times are finite)
             for width, pick in ((last, narrow), (self._SCAN, ~narrow)):
                 gaps, first = mine[pick], before[pick] + (self._SCAN - width)
                 self._name_busiest(names, found, width, gaps, first, g0, g1, loaders_only)
         return names
+
+    def _others_end(self, lane: int, ends: F64, width: int) -> F64:
+        """Per row of ``lane``'s ops (``busiest``'s ``before``), the latest end of its first ``width`` ops:
+        computed once per thread (the gaps of every device ask the same threads)."""
+        found = self._window_ends.get(lane)
+        if found is None:
+            found = window_max(ends, width, np.arange(len(ends) - self._SCAN + 1))
+            self._window_ends[lane] = found
+        return found
 
     def _name_busiest(
         self,
@@ -448,6 +503,8 @@ class _HostWork:
     ) -> None:
         """``busiest`` over the ``width`` ops from ``first`` on for each of ``gaps``, as the rows of a
         matrix, ``_CHUNK`` gaps at a time."""
+        if not len(gaps):
+            return
         idx, ts, end, annotation = ops
         window = np.lib.stride_tricks.sliding_window_view  # row k: ops k .. k+width-1
         ts_rows, end_rows, annotation_rows = window(ts, width), window(end, width), window(annotation, width)

@@ -94,11 +94,10 @@ def busy_intervals(
     """Disjoint busy intervals of one device (all streams), clipped to the window; with
     ``without_collectives``, of its compute, copies and memsets only."""
     ev = model.events
-    mask = ev.activity_mask() & model.device_lanes(device)[ev.lane]
+    on = model.device_activities(device)
     if without_collectives:
-        on = np.flatnonzero(mask)
-        mask[on[collective_strings(model.strings, ev.name[on]) & (ev.kind[on] == EventKind.KERNEL)]] = False
-    s, e = intervals.union(ev.ts[mask], ev.end[mask])
+        on = on[~(collective_strings(model.strings, ev.name[on]) & (ev.kind[on] == EventKind.KERNEL))]
+    s, e = intervals.union(ev.ts[on], ev.end[on])
     return intervals.clip(s, e, window.start_us, window.end_us)
 
 
@@ -111,12 +110,13 @@ def device_usage(model: TraceModel, window: Window) -> tuple[DeviceUsage, ...]:
     comm[kernel] = collective_strings(model.strings, ev.name[kernel])
     out = []
     for d in model.devices:
-        mine = act & model.device_lanes(d.id)[ev.lane]
+        mine = model.device_activities(d.id)  # indices: no scan of every event per device
         s, e = busy_intervals(model, d.id, window)
         busy = intervals.total(s, e)
-        count = int(np.count_nonzero(inside & mine))
-        compute = _covered(ev.ts, ev.end, mine & kernel & ~comm, window)
-        kernels = _covered(ev.ts, ev.end, mine & kernel, window)
+        count = int(np.count_nonzero(inside[mine]))
+        kernels_on = mine[kernel[mine]]
+        compute = _covered(ev.ts, ev.end, kernels_on[~comm[kernels_on]], window)
+        kernels = _covered(ev.ts, ev.end, kernels_on, window)
         dur = window.dur_us
         out.append(
             DeviceUsage(
@@ -134,9 +134,9 @@ def device_usage(model: TraceModel, window: Window) -> tuple[DeviceUsage, ...]:
     return tuple(out)
 
 
-def _covered(ts: F64, end: F64, mask: npt.NDArray[np.bool_], window: Window) -> float:
-    """Time the events in ``mask`` cover (their union) inside the window."""
-    s, e = intervals.union(ts[mask], end[mask])
+def _covered(ts: F64, end: F64, events: npt.NDArray[np.int64], window: Window) -> float:
+    """Time the ``events`` (indices) cover (their union) inside the window."""
+    s, e = intervals.union(ts[events], end[events])
     return intervals.total(*intervals.clip(s, e, window.start_us, window.end_us))
 
 
