@@ -142,3 +142,10 @@ def test_job_files_from_folders_nested_folders_and_globs(tmp_path: Path) -> None
         job_files([str(tmp_path / "nothing*.json")])
     with pytest.raises(TraceError, match="no such file"):
         job_files([str(tmp_path / "missing.json")])
+
+
+def test_collective_args_written_in_other_scripts_digits_are_not_numbers() -> None:
+    from stallscope.analyzer.job.collectives import _int
+
+    # "²" passes str.isdigit and int() refuses it: such an arg is absent, never a crash
+    assert [_int(v) for v in ("²", "-12", " 7 ", "1" * 40, 5, None)] == [None, -12, 7, None, 5, None]

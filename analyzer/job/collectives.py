@@ -18,6 +18,7 @@ import msgspec
 import numpy as np
 
 from stallscope.analyzer.core.model import TraceModel
+from stallscope.analyzer.core.numbers import parse_uint
 from stallscope.analyzer.core.names import EventKind
 from stallscope.analyzer.load.loader import read_json_bytes
 from stallscope.analyzer.load.raw import IdValue
@@ -67,10 +68,15 @@ class ArgIndex:
 
 
 def _int(v: IdValue) -> int | None:
+    """An id or count written as a number or as ASCII digits (a leading minus allowed); None otherwise:
+    ``"²"`` passes ``str.isdigit`` and ``int`` refuses it (``stallscope.analyzer.core.numbers``)."""
     if isinstance(v, int):
         return v
-    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
-        return int(v)
+    if isinstance(v, str):
+        text = v.strip()
+        number = parse_uint(text.removeprefix("-"))
+        if number is not None:
+            return -number if text.startswith("-") else number
     return None
 
 
