@@ -18,8 +18,8 @@ import msgspec
 import numpy as np
 
 from stallscope.analyzer.core.model import TraceModel
-from stallscope.analyzer.core.numbers import parse_uint
 from stallscope.analyzer.core.names import EventKind
+from stallscope.analyzer.core.numbers import parse_uint
 from stallscope.analyzer.load.loader import read_json_bytes
 from stallscope.analyzer.load.raw import IdValue
 
