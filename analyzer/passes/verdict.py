@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from stallscope.analyzer.core.numbers import duration_text
 from stallscope.analyzer.passes.critical import CriticalPath, Kind
 
 DECISIVE_SHARE = 0.05
@@ -58,21 +59,22 @@ class Verdict:
         path = ", ".join(f"{k} {v:.0%}" for v, k in shares) or "empty"
         gpu = f"GPU {self.utilization:.0%} busy" if self.utilization is not None else "no GPU work"
         saves = ", ".join(
-            f"{SPEED_UP[k]} {self.sensitivity_us[k] / 1000:,.2f} ms"
+            f"{SPEED_UP[k]} {duration_text(self.sensitivity_us[k])}"
             for k in SENSITIVITY_KINDS
             if k in self.sensitivity_us and (k != "communication" or self.sensitivity_us[k] > 0)
         )
         return f"critical path {path}; {gpu}; would save: {saves}"
 
 
-#: each sensitivity kind's speed-up, in words (the verdict's evidence line)
+#: each sensitivity kind's speed-up, in words: the start of a phrase in every view (the JSON's evidence line,
+#: and the views' sentence, ``stallscope.display.text.lever``)
 SPEED_UP: dict[str, str] = {
-    "device": "2x faster compute",
-    "host": "2x faster host",
+    "device": "2× faster compute",  # the device's compute (collectives are "communication")
+    "host": "2× faster host",
     "input": "data loading overlapped",
     "sync": "no sync waits",
-    "launch": "2x shorter launches",
-    "communication": "2x faster communication",
+    "launch": "2× shorter launch latency",
+    "communication": "2× faster communication",
 }
 
 

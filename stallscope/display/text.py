@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from stallscope.analyzer.passes.verdict import SPEED_UP
 from stallscope.display.units import duration
 
 _CODE = re.compile(r"`([^`\n]+)`")
@@ -83,16 +84,9 @@ def rule_title(rule: str) -> str:
     return words[:1].upper() + words[1:] if words else "Finding"
 
 
-# What each sensitivity (the verdict's what-if per kind) means, as the start of a phrase.
-_LEVERS = {
-    "device": "2× faster compute",  # the device's compute (collectives are "communication")
-    "host": "2× faster host",
-    "input": "data loading overlapped",
-    "sync": "no sync waits",
-    "launch": "2× shorter launch latency",
-    "compute": "2× faster compute",
-    "communication": "2× faster communication",
-}
+# What each sensitivity (the verdict's what-if per kind) means, as the start of a phrase: the verdict's own
+# words, so the views and the JSON's evidence line say the same
+_LEVERS = SPEED_UP
 
 
 def lever(kind: str) -> str:
