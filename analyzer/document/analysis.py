@@ -78,6 +78,7 @@ def _document(a: Analysis, encoded: bool) -> dict[str, Any]:
             "unlinked_device_events": report.unlinked_device_events,
             "counter_samples": report.counter_samples,
             "notes": list(a.notes) + list(report.notes) + counter_notes + recording_notes(a),
+            "capture": capture_of(a),
         },
         "window": {
             "start_us": a.window.start_us,
@@ -273,6 +274,32 @@ def _gap(a: Analysis, g: Gap, sync_of: dict[int, int]) -> _GapEntry:
         sync_of.get(g.blocking_call) if g.blocking_call >= 0 else None,
         g.charged_us,
     )
+
+
+CAPTURE_TRIGGERS = ("request", "every")
+
+
+def capture_of(a: Analysis) -> dict[str, Any] | None:
+    """The sidecar's ``run.capture`` when the bundle is one capture of a long run (``stallscope capture``,
+    ``profile --every``): ``run_id``, ``index`` (1 for the run's first capture), ``at`` (UTC,
+    ``YYYY-mm-ddTHH:MM:SSZ``), ``trigger`` and ``steps`` (``run.profiled_steps``); None otherwise, and
+    for a block whose fields do not have those types (the sidecar is input like any other)."""
+    run = a.sidecar.run if a.sidecar is not None else {}
+    capture = run.get("capture")
+    if not isinstance(capture, dict):
+        return None
+    run_id, index, at, trigger = (capture.get(k) for k in ("run_id", "index", "at", "trigger"))
+    if not (isinstance(run_id, str) and 0 < len(run_id) <= 200 and isinstance(at, str) and len(at) <= 40):
+        return None
+    if not isinstance(index, int) or isinstance(index, bool) or index < 1 or trigger not in CAPTURE_TRIGGERS:
+        return None
+    steps = run.get("profiled_steps")
+    ok = (
+        isinstance(steps, list)
+        and len(steps) == 2
+        and all(isinstance(n, int) and not isinstance(n, bool) for n in steps)
+    )
+    return {"run_id": run_id, "index": index, "at": at, "trigger": trigger, "steps": steps if ok else None}
 
 
 def recording_notes(a: Analysis) -> list[str]:
