@@ -206,7 +206,7 @@ def test_sigterm_while_waiting_keeps_the_exit_code_and_the_bundles(
     tmp_path: Path, env: dict[str, str], programs: list[Program], capsys: pytest.CaptureFixture[str]
 ) -> None:
     # GIVEN a program on demand with one capture done
-    program, out, _stop = _start(programs, tmp_path, env, LOOP)
+    program, _out, _stop = _start(programs, tmp_path, env, LOOP)
     code, out1, _ = _capture(capsys, str(program.pid), "--no-analyze")
     assert code == 0
     # WHEN SIGTERM arrives while it waits
