@@ -458,7 +458,7 @@ class Outcome:
     upload: str | None
 
 
-def _ask(program: Program, doc: dict[str, Any], timeout: float) -> dict[str, Any]:
+def ask(program: Program, doc: dict[str, Any], timeout: float) -> dict[str, Any]:
     """Send one request to ``program`` and return its answer (``CaptureError`` when none comes)."""
     rid = secrets.token_hex(8)
     _write_json(program.control / f"request-{rid}.json", {**doc, "id": rid})
@@ -494,7 +494,7 @@ def capture(
     say = progress or (lambda _m: None)
     head = programs[0]
     job = len(programs) > 1
-    statuses = [_ask(p, {"op": "status"}, ANSWER_S) for p in programs]
+    statuses = [ask(p, {"op": "status"}, ANSWER_S) for p in programs]
     for p, s in zip(programs, statuses, strict=True):
         if s.get("state") not in ("waiting", None):
             raise CaptureError(

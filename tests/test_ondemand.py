@@ -359,3 +359,66 @@ def test_on_demand_refuses_duration(tmp_path: Path, capsys: pytest.CaptureFixtur
     script = write(tmp_path, "t.py", "print(1)\n")
     assert main(["profile", "--on-demand", "--duration", "3", str(script)]) == 2
     assert "does not take --duration" in capsys.readouterr().err
+
+
+SLOWS_DOWN = """\
+import os
+import sys
+import time
+import torch
+
+# 10 ms steps; from step 40 on, once the run's first capture is written, 150 ms steps (the planted slowdown)
+model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x, y = torch.randn(16, 32), torch.randn(16, 1)
+run = sys.argv[2]
+for i in range(100000):
+    loss = ((model(x) - y) ** 2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    slow = i >= 40 and os.path.isdir(os.path.join(run, "capture-1"))
+    time.sleep(0.15 if slow else 0.01)
+    if os.path.isdir(os.path.join(run, "capture-3")) or os.path.exists(sys.argv[1]):
+        break
+"""
+
+
+def test_every_uploads_each_capture_tagged_with_the_run(
+    tmp_path: Path, env: dict[str, str], programs: list[Program]
+) -> None:
+    from stallscope.dashboard.app import Running, create_app, open_services
+
+    services = open_services(tmp_path / "store", max_upload_mb=64, processes=False)
+    running = Running(create_app(services), "127.0.0.1", 0, quiet=True).start()
+    try:
+        # GIVEN a program that slows down after its first capture, captured every second and uploaded
+        script = write(tmp_path, "slows.py", SLOWS_DOWN)
+        out, stop = tmp_path / "run", tmp_path / "stop"
+        args = [*PROFILE, "--every", "1s", "--warmup", "0", "--steps", "3", "--upload", running.url, "-o", str(out)]
+        program = Program([*args, str(script), str(stop), str(out)], env, tmp_path)
+        programs.append(program)
+        code = program.finish(timeout=180)
+        assert code == 0, program.lines
+        # THEN three captures, each uploaded with the run's id as a tag, analysed by the dashboard
+        run_id = json.loads((out / "run.json").read_text())["run_id"]
+        assert sorted(p.name for p in out.glob("capture-*"))[:3] == ["capture-1", "capture-2", "capture-3"]
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            entries = [e for e in services.store.entries() if f"run:{run_id}" in e.tags]
+            if len(entries) >= 3 and all(e.status.value in ("ready", "failed") for e in entries):
+                break
+            time.sleep(0.2)
+        assert len(entries) >= 3 and all(e.status.value == "ready" for e in entries), entries
+        by_index = {services.store.analysis(e.id)["source"]["capture"]["index"]: e for e in entries}
+        docs = {i: services.store.analysis(e.id) for i, e in by_index.items()}
+        assert all(d["source"]["capture"]["trigger"] == "every" for d in docs.values())
+        assert all(d["source"]["capture"]["run_id"] == run_id for d in docs.values())
+        # the planted slowdown is in the captures' steps: capture 1 fast, capture 3 slow
+        median = {i: sorted(s["dur_us"] for s in d["steps"])[len(d["steps"]) // 2] for i, d in docs.items()}
+        assert median[3] > median[1] + 100_000 and median[2] > median[1] + 100_000, median
+        assert sum("uploaded" in line for line in program.out.splitlines()) >= 3
+    finally:
+        running.stop()
+        assert services.worker is not None
+        services.worker.shutdown()

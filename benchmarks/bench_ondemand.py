@@ -1,0 +1,151 @@
+"""The cost of waiting on demand, and of one capture (``stallscope profile --on-demand``, ``stallscope
+capture``), on the example workloads (``examples/*.py``).
+
+    python benchmarks/bench_ondemand.py [--steps 300] [--runs 5] [--example item_logging ...]
+
+Each example's step loop (``for _step in range(15):``) is made ``--steps`` long and timed from inside
+the program: the time of every iteration after the first 10 (warm-up), summed. The same program text
+runs in three configurations, one fresh process each, in an order that rotates from run to run so that
+the runs a ratio compares are seconds apart:
+
+- ``bare``: ``python prog.py``;
+- ``waiting``: ``stallscope profile --on-demand prog.py`` with no capture: the step hooks, the step
+  timer and the control thread;
+- ``captured``: the same, with one ``stallscope capture PID`` (5 steps, the run's defaults) asked from this
+  script once the program has made a third of its steps.
+
+Printed: per example the median steady-state time of each configuration, the ratio waiting / bare (the
+target is within 2%: 1.02) with its spread over runs, and for the capture its wall time from the request
+to the bundle, the bundle's size, and what it cost the program (captured − waiting, the program's own
+time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+LOOP = re.compile(r"^for (\w+) in range\(15\):", re.M)
+PRELUDE = """\
+import os as _os
+import time as _time
+
+
+def _bench_steps(n, _out=_os.environ["BENCH_OUT"]):
+    marks = []
+    for i in range(n):
+        marks.append(_time.perf_counter())
+        yield i
+    marks.append(_time.perf_counter())
+    with open(_out, "w") as f:
+        f.write(repr(marks[-1] - marks[10]))
+
+
+"""
+
+
+def program(example: Path, steps: int, folder: Path) -> Path | None:
+    """The example with its step loop ``steps`` long and timed, or None when it has no such loop."""
+    text = example.read_text()
+    if not LOOP.search(text):
+        return None
+    doc_end = text.index('"""', 3) + 3 if text.startswith('"""') else 0
+    body = LOOP.sub(lambda m: f"for {m.group(1)} in _bench_steps({steps}):", text[doc_end:], count=1)
+    path = folder / example.name
+    path.write_text(text[:doc_end] + "\n" + PRELUDE + body)
+    return path
+
+
+def run(kind: str, prog: Path, folder: Path, steps: int) -> tuple[float, float | None, int | None]:
+    """(steady-state seconds of the program's steps, the capture's wall seconds, the bundle's bytes)."""
+    out = folder / f"{kind}.time"
+    out.unlink(missing_ok=True)
+    runtime = folder / "runtime"
+    runtime.mkdir(mode=0o700, exist_ok=True)
+    env = {**os.environ, "BENCH_OUT": str(out), "PYTHONPATH": str(ROOT), "XDG_RUNTIME_DIR": str(runtime)}
+    cmd = [sys.executable, str(prog)]
+    if kind != "bare":
+        run_dir = folder / f"run-{kind}-{time.monotonic_ns()}"
+        cmd = [sys.executable, "-m", "stallscope", "profile", "--on-demand", "-o", str(run_dir), str(prog)]
+    proc = subprocess.Popen(cmd, env=env, cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    took, size = None, None
+    if kind == "captured":
+        took, size = _capture_once(proc, runtime, steps)
+    _, err = proc.communicate(timeout=600)
+    if proc.returncode != 0 or not out.exists():
+        raise SystemExit(f"{kind} {prog.name}: exit {proc.returncode}\n{err[-2000:]}")
+    return float(out.read_text()), took, size
+
+
+def _capture_once(proc: subprocess.Popen[str], runtime: Path, steps: int) -> tuple[float, int]:
+    os.environ["XDG_RUNTIME_DIR"] = str(runtime)
+    from stallscope.collector.ondemand import ask, capture, find_targets
+
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            programs = find_targets(proc.pid)
+        except Exception:  # not registered yet
+            time.sleep(0.05)
+            continue
+        if int(ask(programs[0], {"op": "status"}, 10.0).get("steps") or 0) >= steps // 3:
+            break
+        time.sleep(0.02)
+    t0 = time.perf_counter()
+    outcome = capture(programs, None)
+    took = time.perf_counter() - t0
+    size = sum(p.stat().st_size for p in outcome.bundle.rglob("*") if p.is_file())
+    return took, size
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--example", action="append", help="only these examples (default: every one with a step loop)")
+    args = ap.parse_args()
+    examples = sorted((ROOT / "examples").glob("*.py"))
+    if args.example:
+        examples = [e for e in examples if e.stem in args.example]
+    kinds = ["bare", "waiting", "captured"]
+    print(f"steps {args.steps} (the first 10 not timed), {args.runs} runs of each, python {sys.version.split()[0]}")
+    print()
+    print("| example | bare | waiting | waiting / bare [min, max] | captured | capture wall | bundle | capture cost |")
+    print("|---|---|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory(prefix="bench-ondemand-") as tmp:
+        folder = Path(tmp)
+        for example in examples:
+            prog = program(example, args.steps, folder)
+            if prog is None:
+                continue
+            times: dict[str, list[float]] = {k: [] for k in kinds}
+            walls, sizes = [], []
+            for r in range(args.runs):
+                for kind in kinds[r % 3 :] + kinds[: r % 3]:
+                    t, took, size = run(kind, prog, folder, args.steps)
+                    times[kind].append(t)
+                    if took is not None and size is not None:
+                        walls.append(took)
+                        sizes.append(size)
+            ratios = [w / b for w, b in zip(times["waiting"], times["bare"], strict=True)]
+            med = {k: statistics.median(v) for k, v in times.items()}
+            print(
+                f"| {example.stem} | {med['bare']:.3f} s | {med['waiting']:.3f} s | "
+                f"{statistics.median(ratios):.3f} [{min(ratios):.3f}, {max(ratios):.3f}] | "
+                f"{med['captured']:.3f} s | {statistics.median(walls):.2f} s | "
+                f"{statistics.median(sizes) / 1e3:.0f} kB | {(med['captured'] - med['waiting']) * 1e3:+.0f} ms |",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
