@@ -76,7 +76,9 @@ def run(kind: str, prog: Path, folder: Path, steps: int) -> tuple[float, float |
     if kind != "bare":
         run_dir = folder / f"run-{kind}-{time.monotonic_ns()}"
         cmd = [sys.executable, "-m", "stallscope", "profile", "--on-demand", "-o", str(run_dir), str(prog)]
-    proc = subprocess.Popen(cmd, env=env, cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        cmd, env=env, cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     took, size = None, None
     if kind == "captured":
         took, size = _capture_once(proc, runtime, steps)
@@ -111,15 +113,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--example", action="append", help="only these examples (default: every one with a step loop)")
+    ap.add_argument(
+        "--example", action="append", help="only these examples (default: every one with a step loop)"
+    )
     args = ap.parse_args()
     examples = sorted((ROOT / "examples").glob("*.py"))
     if args.example:
         examples = [e for e in examples if e.stem in args.example]
     kinds = ["bare", "waiting", "captured"]
-    print(f"steps {args.steps} (the first 10 not timed), {args.runs} runs of each, python {sys.version.split()[0]}")
+    print(
+        f"steps {args.steps} (the first 10 not timed), {args.runs} runs of each, python {sys.version.split()[0]}"
+    )
     print()
-    print("| example | bare | waiting | waiting / bare [min, max] | captured | capture wall | bundle | capture cost |")
+    print(
+        "| example | bare | waiting | waiting / bare [min, max] | captured | capture wall | bundle | capture cost |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory(prefix="bench-ondemand-") as tmp:
         folder = Path(tmp)

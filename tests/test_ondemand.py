@@ -395,7 +395,19 @@ def test_every_uploads_each_capture_tagged_with_the_run(
         # GIVEN a program that slows down after its first capture, captured every second and uploaded
         script = write(tmp_path, "slows.py", SLOWS_DOWN)
         out, stop = tmp_path / "run", tmp_path / "stop"
-        args = [*PROFILE, "--every", "1s", "--warmup", "0", "--steps", "3", "--upload", running.url, "-o", str(out)]
+        args = [
+            *PROFILE,
+            "--every",
+            "1s",
+            "--warmup",
+            "0",
+            "--steps",
+            "3",
+            "--upload",
+            running.url,
+            "-o",
+            str(out),
+        ]
         program = Program([*args, str(script), str(stop), str(out)], env, tmp_path)
         programs.append(program)
         code = program.finish(timeout=180)
