@@ -182,7 +182,7 @@ class Control:
     control_dir: Path | None = None  # default: ``run_dir/.control``; a job's ranks share run_dir
     refuse: str | None = None  # set when no capture can be served any more (the program's own profiler)
     steps: int = 0
-    state: str = "waiting"  # waiting | armed | recording | exited
+    state: str = "waiting"  # waiting | armed | starting | recording | exited
     first_step: int | None = None  # the capture being recorded: its first recorded step
     pending: Request | None = None
     captures: list[dict[str, Any]] = field(default_factory=list)
@@ -232,6 +232,15 @@ class Control:
         return self.pending
 
     # the session's reports ----------------------------------------------------------------------------
+    def claim(self, request: Request) -> bool:
+        """The session starts ``request``'s window: from now on it can no longer be withdrawn. False
+        when it was withdrawn meanwhile."""
+        with self._lock:
+            if self.pending is not request:
+                return False
+            self.state = "starting"
+            return True
+
     def recording(self, request: Request, first: int) -> None:
         with self._lock:
             self.state = "recording"
@@ -241,10 +250,11 @@ class Control:
     def finished(self, request: Request, done: dict[str, Any]) -> None:
         """The window of ``request`` is over: its bundle (or why there is none) is ``done``."""
         with self._lock:
-            self.pending = None
-            self.state = "waiting"
-            self.first_step = None
-            self._watched = False
+            if self.pending is request:
+                self.pending = None
+                self.state = "waiting"
+                self.first_step = None
+                self._watched = False
             if done.get("bundle"):
                 self.captures.append({"index": request.index, **done})
         _write_json(self.control / f"done-{request.id}.json", {"id": request.id, **done})

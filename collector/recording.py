@@ -17,7 +17,7 @@ from typing import Any
 from stallscope.analyzer.core.errors import StallscopeError
 from stallscope.collector.bundle import TRACE_SUFFIX, Staging, run_metadata, sidecar
 from stallscope.collector.embed import embed_sidecar
-from stallscope.collector.ondemand import Control, Every, Request
+from stallscope.collector.ondemand import CaptureError, Control, Every, Request
 from stallscope.collector.session import Capture, ProfileOptions, Session
 
 #: signals that end a profiled program as Ctrl-C does: the bundle is written, the exit code is 128 + n
@@ -320,6 +320,9 @@ class OnDemandWriter:
         return self.control.due(steps)
 
     def begin(self, request: Request) -> Path:
+        """The capture's staging folder (its trace path); ``CaptureError`` when it was withdrawn."""
+        if not self.control.claim(request):
+            raise CaptureError("withdrawn before its window")
         self.discard()
         self._staging = Staging(request.dest, trace_name(self.argv))
         self._at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

@@ -875,7 +875,7 @@ class Session:
         self._active_steps = request.steps
         try:
             self.trace_path = self._demand.begin(request)
-        except StallscopeError as exc:
+        except StallscopeError as exc:  # withdrawn meanwhile, or its folder cannot be made
             self._request = None
             self._demand.fail(request, str(exc))
             return
