@@ -123,7 +123,7 @@ class Change:
     """One way a capture differs from the run before it."""
 
     kind: str  # "step_time", "new_finding" or "bottleneck"
-    text: str  # one line, e.g. "step time 2.01 ms -> 8.01 ms (+298%)"
+    text: str  # one line, e.g. "step time 2.01 ms → 8.01 ms (+298%)"
     before: Any  # the last good capture's value (step time in µs, bottleneck); None for a new finding
     after: Any  # this capture's (step time in µs, the finding's rule, bottleneck)
 
@@ -166,6 +166,11 @@ class Capture:
     top_findings: tuple[dict[str, Any], ...]
     rules: frozenset[str]
     flag: Flag | None = None
+
+    @property
+    def time_text(self) -> str:
+        """When it was taken, ``2026-12-02 03:00:00`` (UTC); ``at`` as it is when it is not a time."""
+        return self.at.replace("T", " ").removesuffix("Z") if _is_time(self.at) else self.at
 
     def to_json(self) -> dict[str, Any]:
         e = self.entry
@@ -280,6 +285,14 @@ def _capture(e: Entry) -> Capture:
     )
 
 
+def _is_time(at: str) -> bool:
+    try:
+        time.strptime(at, _AT)
+    except ValueError:
+        return False
+    return True
+
+
 def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
@@ -289,14 +302,14 @@ def _flag(c: Capture, good: Capture, seen: set[str], threshold: float) -> Flag |
     changes: list[Change] = []
     if c.step_us is not None and good.step_us and c.step_us > good.step_us * (1.0 + threshold):
         rise = c.step_us / good.step_us - 1.0
-        text = f"step time {duration(good.step_us)} -> {duration(c.step_us)} (+{rise:.0%})"
+        text = f"step time {duration(good.step_us)} → {duration(c.step_us)} (+{rise:.0%})"
         changes.append(Change("step_time", text, good.step_us, c.step_us))
     for rule in sorted(c.rules - seen):
         changes.append(Change("new_finding", f"new finding: {rule_title(rule)} ({rule})", None, rule))
     if c.bottleneck and good.bottleneck and c.bottleneck != good.bottleneck:
         changes.append(
             Change(
-                "bottleneck", f"bottleneck {good.bottleneck} -> {c.bottleneck}", good.bottleneck, c.bottleneck
+                "bottleneck", f"bottleneck {good.bottleneck} → {c.bottleneck}", good.bottleneck, c.bottleneck
             )
         )
     if not changes:

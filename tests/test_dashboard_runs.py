@@ -168,7 +168,7 @@ def test_the_capture_that_got_slower_with_a_new_finding_is_flagged_against_the_l
     step, new = flag["reasons"]
     assert (step["kind"], step["before"], step["after"]) == ("step_time", second["step_us"], third["step_us"])
     rise = third["step_us"] / second["step_us"] - 1
-    assert step["text"].endswith(f"(+{rise:.0%})") and "ms ->" in step["text"]
+    assert step["text"].endswith(f"(+{rise:.0%})") and "ms → " in step["text"]
     (rule,) = {f["rule"] for f in third["top_findings"]}
     assert (new["kind"], new["after"]) == ("new_finding", rule) and rule in new["text"]
     # AND capture 4 stays flagged on its step time against capture 2 (3 was not good); its rule is not new
@@ -276,7 +276,7 @@ def test_the_run_page_shows_the_flag_the_chart_and_the_table(
     page = render(services, f"/runs/{RUN}")
     shown = walk(page)
     assert any(
-        t.startswith("4 captures, 2026-12-02T01:00:00Z to 2026-12-02T04:00:00Z; 2 flagged") for t in shown
+        t.startswith("4 captures, 2026-12-02 01:00:00 to 2026-12-02 04:00:00 UTC; 2 flagged") for t in shown
     )
     assert f"/compare?a={ids[1]}&b={ids[2]}" in shown  # capture 3's flag links its comparison
     assert find(page, run_page.Ids.CHART.value) is not None

@@ -66,7 +66,7 @@ def test_step_time_is_compared_with_the_last_good_capture() -> None:
     run = runs.history([entry(1, 1000), entry(2, 1100), entry(3, 1350)], "r1")
     flag = run.captures[2].flag
     assert flag is not None and (flag.against_index, flag.against_id) == (2, f"{2:032x}")
-    assert flag.changes[0].text == "step time 1.10 ms -> 1.35 ms (+23%)"
+    assert flag.changes[0].text == "step time 1.10 ms → 1.35 ms (+23%)"
 
 
 def test_a_regression_stays_flagged_until_the_run_is_back() -> None:
@@ -92,14 +92,15 @@ def test_a_rule_is_new_once_and_a_bottleneck_against_the_last_good_one() -> None
     assert got == [None, ["new_finding"], None, ["bottleneck"], ["bottleneck"]]
     run = runs.history([entry(1), entry(2, bottleneck="host")], "r1")
     change = run.captures[1].flag.changes[0]  # type: ignore[union-attr]
-    assert (change.text, change.before, change.after) == ("bottleneck device -> host", "device", "host")
+    assert (change.text, change.before, change.after) == ("bottleneck device → host", "device", "host")
 
 
 def test_order_is_the_capture_time_then_the_upload_time_when_it_is_not_a_time() -> None:
     odd = entry(9, at="yesterday", uploaded_at=2e9)  # after every capture taken in 2026
     run = runs.history([entry(2), odd, entry(1)], "r1")
     assert [c.index for c in run.captures] == [1, 2, 9]
-    assert run.captures[2].at == "yesterday"
+    assert run.captures[2].at == run.captures[2].time_text == "yesterday"
+    assert run.captures[0].time_text == "2026-12-02 01:00:00"
 
 
 def test_captures_without_an_analysis_are_listed_apart_by_their_tag() -> None:

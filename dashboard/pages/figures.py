@@ -199,6 +199,7 @@ def run_history(run: Run) -> go.Figure:
             "overlaying": "y",
             "side": "right",
             "range": [0, 105],
+            "tickvals": [0, 25, 50, 75, 100],
         },
         xaxis={"title": {"text": "capture time (UTC)"}, "type": "date"},
         legend={"orientation": "h", "y": -0.25},

@@ -130,7 +130,7 @@ def _line(run: Run) -> str:
     n = len(cs)
     line = f"{n} capture{'s' * (n != 1)}"
     if cs:
-        line += f", {cs[0].at or '?'} to {cs[-1].at or '?'}" if n > 1 else f", {cs[0].at or '?'}"
+        line += f", {cs[0].time_text} to {cs[-1].time_text} UTC" if n > 1 else f", {cs[0].time_text} UTC"
     flagged = run.flagged
     line += (f"; {flagged} flagged" if flagged else "; none flagged") + (
         f": a capture is flagged when its step time is more than {run.threshold:.0%} above the last good"
@@ -148,7 +148,7 @@ def _flag_item(c: Capture) -> html.Li:
     return html.Li(
         [
             html.Strong(f"capture {c.index if c.index is not None else '?'}"),
-            f" ({c.at}): ",
+            f" ({c.time_text}): ",
             "; ".join(ch.text for ch in c.flag.changes),
             " — ",
             dcc.Link(f"compare with {against}", href=c.flag.diff),
@@ -174,7 +174,7 @@ def rows(run: Run) -> list[dict[str, Any]]:
             {
                 "id": c.entry.id,
                 "index": c.index,
-                "at": c.at,
+                "at": c.time_text,
                 "trigger": c.trigger or "",
                 "steps": f"{c.steps[0]}–{c.steps[1]}" if c.steps else "—",
                 "step_ms": None if c.step_us is None else c.step_us / 1000,
