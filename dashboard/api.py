@@ -61,7 +61,8 @@ def _blueprint(services: Services) -> Blueprint:
         if file is None:
             return jsonify(error="send the trace as multipart form field 'file'"), 400
         name = request.form.get("name") or file.filename or "trace"
-        tags = tuple(t.strip()[:40] for t in request.form.get("tags", "").split(",") if t.strip())[:16]
+        # 140 characters: a capture's "run:<run id>" whole (a run id is at most 128, ``runs.RUN_ID_RE``)
+        tags = tuple(t.strip()[:140] for t in request.form.get("tags", "").split(",") if t.strip())[:16]
         entry = store.add(name, file.stream, services.max_upload_bytes, tags)
         if services.worker is not None:
             services.worker.submit(entry.id)

@@ -302,3 +302,24 @@ def find(component: Any, cid: str) -> Any:
             if hit is not None:
                 return hit
     return None
+
+
+def test_a_long_run_id_keeps_its_whole_tag(dashboard: tuple[Running, Services, list[str]]) -> None:
+    running, services, _ = dashboard
+    tag = "run:" + "x" * 128  # the longest run id: its captures are grouped by it while analysed
+    trace_id = client.upload(ITEM, running.url, tags=(tag,), token=TOKEN)["id"]
+    try:
+        assert services.store.get(trace_id).tags == (tag,)
+        assert client.wait(trace_id, running.url, timeout=120, token=TOKEN)["status"] == "ready"
+    finally:
+        services.store.delete(trace_id)
+
+
+def test_the_run_page_takes_the_threshold_from_its_url(
+    dashboard: tuple[Running, Services, list[str]],
+) -> None:
+    _, services, _ = dashboard
+    page = render(services, f"/runs/{RUN}", "?threshold=5")
+    assert [r["flagged"] for r in find(page, run_page.Ids.TABLE.value).data] == [0, 0, 1, 0]
+    assert any("more than 500% above" in t for t in walk(page))
+    assert render(services, f"/runs/{RUN}", "?threshold=-1").children.startswith("threshold is a fraction")

@@ -167,4 +167,5 @@ def test_the_run_page_redraws_only_when_its_captures_change(tmp_path: Path) -> N
     second = store.add("c2", io.BytesIO(ITEM.read_bytes()), 8 << 20, ("run:r1",)).id
     body, new_key = run_page.on_tick(services, key)
     assert new_key["signature"] == sorted([[first, "pending"], [second, "pending"]])
-    assert body[1].children.startswith("0 captures")
+    assert body[1].children == "No capture of this run is analysed yet."
+    assert [li.children[0].children for li in body[-1].children] == ["c2", "c1"]  # newest first, linked

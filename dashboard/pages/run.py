@@ -126,11 +126,13 @@ def body(run: Run) -> list[Any]:
 
 
 def _line(run: Run) -> str:
+    """How many captures, over what time, how many flagged and what flags one."""
     cs = run.captures
+    if not cs:
+        return "No capture of this run is analysed yet."
     n = len(cs)
     line = f"{n} capture{'s' * (n != 1)}"
-    if cs:
-        line += f", {cs[0].time_text} to {cs[-1].time_text} UTC" if n > 1 else f", {cs[0].time_text} UTC"
+    line += f", {cs[0].time_text} to {cs[-1].time_text} UTC" if n > 1 else f", {cs[0].time_text} UTC"
     flagged = run.flagged
     line += (f"; {flagged} flagged" if flagged else "; none flagged") + (
         f": a capture is flagged when its step time is more than {run.threshold:.0%} above the last good"
