@@ -37,8 +37,9 @@ from stallscope.dashboard.store import Entry, Status, StoreError
 from stallscope.display.text import rule_title
 from stallscope.display.units import duration
 
-#: A run id: 1 to 128 letters, digits, ``.``, ``_`` or ``-``, starting with a letter or a digit.
-RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+#: A run id: 1 to 128 letters, digits, ``.``, ``_`` or ``-`` (what ``stallscope capture`` makes of the
+#: program's name), but not ``.`` or ``..`` (a browser would read those as a folder of the URL).
+RUN_ID_RE = re.compile(r"(?!\.\.?$)[A-Za-z0-9._-]{1,128}")
 RUN_TAG = "run:"  # the tag ``stallscope upload --tag run:<id>`` gives a capture
 DEFAULT_THRESHOLD = 0.20
 _AT = "%Y-%m-%dT%H:%M:%SZ"
@@ -54,7 +55,7 @@ class BadRunId(RunError):
     @classmethod
     def shape(cls) -> BadRunId:
         """The error, which says what a run id is and never repeats the text (whatever a URL carried)."""
-        return cls("not a run id: a run id is 1 to 128 of A-Z a-z 0-9 . _ - (a letter or digit first)")
+        return cls("not a run id: a run id is 1 to 128 of A-Z a-z 0-9 . _ - (and not . or ..)")
 
 
 class BadThreshold(RunError):

@@ -215,7 +215,13 @@ def test_the_traces_list_makes_the_run_one_row(dashboard: tuple[Running, Service
     [
         (f"/api/runs/{urllib.parse.quote(HOSTILE)}", 400, "not a run id"),
         ("/api/runs/a%2Fb", 400, "not a run id"),
-        ("/api/runs/.hidden", 400, "not a run id"),
+        ("/api/runs/..", 400, "not a run id"),
+        ("/api/runs/a%20b", 400, "not a run id"),
+        (
+            "/api/runs/_train.py-20261202-010000-a1b2c3",
+            404,
+            "no captures of run '_train.py-20261202-010000-a1b2c3'",
+        ),
         ("/api/runs/" + "x" * 129, 400, "not a run id"),
         ("/api/runs/no-such-run", 404, "no captures of run 'no-such-run'"),
         (f"/api/runs/{RUN}?threshold=abc", 400, "threshold is a fraction"),
