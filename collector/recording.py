@@ -12,10 +12,12 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from stallscope.analyzer.core.errors import StallscopeError
 from stallscope.collector.bundle import TRACE_SUFFIX, Staging, run_metadata, sidecar
 from stallscope.collector.embed import embed_sidecar
+from stallscope.collector.ondemand import Control, Every, Request
 from stallscope.collector.session import Capture, ProfileOptions, Session
 
 #: signals that end a profiled program as Ctrl-C does: the bundle is written, the exit code is 128 + n
@@ -63,21 +65,8 @@ class Recorder:
             return Recording(exit_code, self.staging.output, Capture(None, "forked", 0))
         try:
             capture = self.session.stop()
-            meta = run_metadata(self.argv, self.program_dir, self.started)
-            meta.update(
-                exit_code=exit_code,
-                window=capture.mode,
-                steps_seen=capture.steps_seen,
-                options=asdict(self.session.options),
-                notes=capture.notes,
-                step_source=capture.step_source,
-                profiled_steps=capture.profiled_steps,
-                dataloaders=capture.dataloaders,
-            )
-            if capture.partial_step:  # the event budget ended the recording inside this step
-                meta["partial_step"] = capture.partial_step
-            if capture.trace_events:
-                meta["trace_events"] = capture.trace_events
+            meta = run_document(capture, self.argv, self.program_dir, self.started, self.session.options)
+            meta["exit_code"] = exit_code
             if capture.write_stopped or self.write_stopped:
                 meta["trace_write_stopped"] = True
             if capture.trace is None:  # why the bundle holds no trace (``stallscope analyze`` says it)
@@ -92,6 +81,28 @@ class Recorder:
             self.staging.discard()
             raise
         return Recording(exit_code, bundle, capture)
+
+
+def run_document(
+    capture: Capture, argv: list[str], program_dir: Path | None, started: str, options: ProfileOptions
+) -> dict[str, Any]:
+    """The sidecar's ``run`` block for ``capture`` (``exit_code`` is the caller's to add)."""
+    meta = run_metadata(argv, program_dir, started)
+    meta.update(
+        exit_code=None,
+        window=capture.mode,
+        steps_seen=capture.steps_seen,
+        options=asdict(options),
+        notes=capture.notes,
+        step_source=capture.step_source,
+        profiled_steps=capture.profiled_steps,
+        dataloaders=capture.dataloaders,
+    )
+    if capture.partial_step:  # the event budget ended the recording inside this step
+        meta["partial_step"] = capture.partial_step
+    if capture.trace_events:
+        meta["trace_events"] = capture.trace_events
+    return meta
 
 
 def _why_no_trace(capture: Capture, write_stopped: bool) -> str:
@@ -271,3 +282,161 @@ def _signals_ignored() -> Iterator[None]:
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
+
+
+# -- on demand ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OnDemandRun:
+    exit_code: int
+    run_dir: Path
+    run_id: str
+    captures: list[dict[str, Any]]  # per published capture: index, bundle, steps, notes
+
+
+class OnDemandWriter:
+    """The bundles of an on-demand run, one per capture (``stallscope.collector.ondemand.Demand``): a
+    capture's bundle is staged beside its folder and published whole when its window is written."""
+
+    def __init__(
+        self,
+        control: Control,
+        options: ProfileOptions,
+        argv: list[str],
+        program_dir: Path | None,
+        say: Callable[[str], None],
+    ) -> None:
+        self.control = control
+        self.options = options
+        self.argv = argv
+        self.program_dir = program_dir
+        self.say = say
+        self.started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        self._staging: Staging | None = None
+        self._at = ""
+
+    def due(self, steps: int) -> Request | None:
+        return self.control.due(steps)
+
+    def begin(self, request: Request) -> Path:
+        self.discard()
+        self._staging = Staging(request.dest, trace_name(self.argv))
+        self._at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        return self._staging.trace_path
+
+    def started(self, request: Request, first_step: int) -> None:
+        self.control.recording(request, first_step)
+        self.say(f"capture {request.index}: recording from step {first_step} ({request.steps} step(s))")
+
+    def publish(self, request: Request, capture: Capture) -> None:
+        staging, self._staging = self._staging, None
+        if staging is None or capture.trace is None or not capture.trace.exists():
+            if staging is not None:
+                staging.discard()
+            self.fail(request, "; ".join(capture.notes) or "the window recorded nothing")
+            return
+        try:
+            meta = run_document(capture, self.argv, self.program_dir, self.started_at, self.options)
+            meta["capture"] = {
+                "run_id": request.run_id,
+                "index": request.index,
+                "at": self._at,
+                "trigger": request.trigger,
+            }
+            doc = sidecar(meta, capture.sync_sites, capture.step_timing)
+            embed_sidecar(capture.trace, doc)
+            bundle = staging.commit(doc)
+        except (StallscopeError, OSError, ValueError) as exc:
+            staging.discard()
+            self.fail(request, f"the bundle could not be written: {exc}")
+            return
+        except BaseException:  # a signal: the program is ending; no half bundle stays
+            staging.discard()
+            self.control.finished(request, {"bundle": None, "error": "stopped while the bundle was written"})
+            raise
+        steps = capture.profiled_steps
+        self.control.finished(
+            request,
+            {
+                "bundle": str(bundle),
+                "steps": steps,
+                "partial_step": capture.partial_step,
+                "trace_events": capture.trace_events,
+                "notes": capture.notes,
+                "at": self._at,
+            },
+        )
+        which = (
+            f"steps {steps[0]}-{steps[1]}"
+            if steps and steps[0] < steps[1]
+            else f"step {steps[0] if steps else '?'}"
+        )
+        self.say(f"capture {request.index}: {which} written to {bundle}; the program goes on")
+
+    def fail(self, request: Request, why: str) -> None:
+        self.discard()
+        self.control.finished(request, {"bundle": None, "error": why})
+        self.say(f"capture {request.index}: nothing written: {why}")
+
+    def refuse(self, why: str) -> None:
+        self.control.refuse = why
+
+    def discard(self) -> None:
+        staging, self._staging = self._staging, None
+        if staging is not None:
+            staging.discard()
+
+
+def record_on_demand(
+    body: Callable[[], int],
+    options: ProfileOptions,
+    control: Control,
+    argv: list[str],
+    program_dir: Path | None,
+    say: Callable[[str], None],
+    every: Callable[[Control], Every] | None = None,
+    on_start: Callable[[Session], None] | None = None,
+) -> OnDemandRun:
+    """Run ``body`` with steps counted and timed and no profiler, serving captures (``ondemand``) until
+    it ends; each capture is a bundle in the run's folder. Signals as ``record``: SIGTERM/SIGHUP end the
+    program (128 + n); one that comes while a capture's bundle is written stops that bundle (none is
+    left half written); the bundles already published stay."""
+    writer = OnDemandWriter(control, options, argv, program_dir, say)
+    control.lead = options.warmup + (1 if options.max_events else 0)
+    control.window = options.steps
+    session = Session(options, control.run_dir / ".unused", demand=writer)
+    control.start()
+    pid = os.getpid()
+    try:
+        session.start()
+    except BaseException:
+        control.close(2)
+        raise
+    periodic = every(control) if every is not None else None
+    if periodic is not None:
+        periodic.start()
+    if on_start is not None:
+        on_start(session)
+    code = 1
+    try:
+        with _signals_end_the_program():
+            code = body()
+    finally:
+        if os.getpid() != pid:  # a child the program forked: the run is the parent's
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        if periodic is not None:
+            periodic.stop()
+        try:
+            with _signals_stop_the_write():
+                session.stop()
+        except WriteStopped:
+            say("stopped while a capture was being written: that capture was not kept")
+        except StallscopeError as exc:
+            say(f"error: {exc}")
+        finally:
+            writer.discard()
+            control.close(code)
+    return OnDemandRun(code, control.run_dir, control.run_id, list(control.captures))

@@ -63,6 +63,7 @@ from types import FrameType
 from typing import Any
 
 from stallscope.analyzer.core.errors import StallscopeError
+from stallscope.collector.ondemand import Demand, Request
 from stallscope.collector.options import Capture as Capture
 from stallscope.collector.options import ProfileOptions as ProfileOptions
 from stallscope.collector.origin import DataLoaderWatch, OriginTracker
@@ -121,10 +122,17 @@ class Session:
     then ``stop()`` -> ``Capture``. The trace is exported to ``trace_path`` (gzip Kineto JSON) as soon as
     the window closes, so memory is freed early and an interrupted run still leaves its trace."""
 
-    def __init__(self, options: ProfileOptions, trace_path: Path) -> None:
+    def __init__(self, options: ProfileOptions, trace_path: Path, demand: Demand | None = None) -> None:
         options.check()
+        if demand is not None and options.duration is not None:
+            raise StallscopeError("--on-demand records whole steps: it does not take --duration")
         self.options = options
         self.trace_path = trace_path
+        # on demand (``stallscope.collector.ondemand``): no window until a request; each one is a bundle
+        self._demand = demand
+        self._request: Request | None = None  # the capture under way
+        self._notes_from = 0  # the capture's notes are self.notes[_notes_from:]
+        self._window_at: int | None = None  # the window's first recorded step, when the request names it
         self.cuda = False
         self.notes: list[str] = []
         self._torch: Any = None
@@ -228,6 +236,9 @@ class Session:
         if not self.cuda:  # where each tensor would live: the ground for would-be syncs
             self._origin = OriginTracker()
             self._origin.install()
+        if self._demand is not None:  # no window until a capture is asked for; steps are the windows'
+            self._scheduled = True
+            return
         self._trigger = FirstOpTrigger(
             self._open_window, self._on_event_budget, self._call_limit(), self._max_growth()
         )
@@ -417,6 +428,14 @@ class Session:
         if self._timer is not None and hasattr(self._timer, "restart"):
             self._timer.restart()
         self._dropped[what] = self._dropped.get(what, 0) + had
+        if self._demand is not None and self._request is not None:
+            request, self._request = self._request, None
+            self._demand.fail(
+                request, f"{source} mark the steps from now on: the window of the old steps is dropped"
+            )
+            self._reset_window()
+        if self._demand is not None:
+            self._scheduled = True  # on demand there is no fallback window
         self._retrack()
 
     def _dropped_note(self) -> str | None:
@@ -473,6 +492,14 @@ class Session:
         note = f"the program runs its own torch.profiler: stallscope stepped aside ({done}; steps are still timed)"
         self.notes.append(note)
         self._progress(note)
+        if self._demand is not None:
+            self._demand.refuse("the program runs its own torch.profiler: stallscope stepped aside for good")
+            if self._request is not None and keep:
+                self._finish_capture()
+            elif self._request is not None:
+                request, self._request = self._request, None
+                self._demand.fail(request, note)
+                self._reset_window()
         self._retrack()
 
     def _recorded(self) -> str:
@@ -516,6 +543,10 @@ class Session:
                 self._stop_profiler()
                 if short is not None and self._exported and self._tail_step:
                     _rename_step(self.trace_path, self._tail_step, f"after step {self._tail_step - 1}")
+                if short is not None and self._request is not None:
+                    self.notes.append(short)
+                    short = None
+                self._end_capture_at_exit()
                 unreached = self._unreached_note()
                 if unreached is not None:  # the notes only: the CLI's closing lines say it on stderr
                     self.notes.append(unreached)
@@ -634,6 +665,9 @@ class Session:
         """Advance the profiler's schedule by one step."""
         if self._stopped or self._aside:
             return
+        if self._demand is not None and self._prof is None and not self._probing and not self._awaiting_start:
+            self._on_demand(inside_record_function)
+            return
         opened = self._scheduled or self.options.duration is not None
         if self._prof is None and not self._awaiting_start and not self._probing and opened:
             return
@@ -644,6 +678,8 @@ class Session:
             self._in_step = False
         if self._alarm_fired or self._window_done or self._budget_hit:
             self._stop_profiler()
+        if self._demand is not None and self._window_done and self._prof is None:
+            self._finish_capture()
         self._retrack()
 
     def _advance(self, inside_record_function: bool) -> None:
@@ -725,7 +761,7 @@ class Session:
     def _unreached_note(self) -> str | None:
         """Steps came, but the run ended before the window recorded any (after ``stop``)."""
         o = self.options
-        if not self._scheduled or self._exported or self._aside or o.duration is not None:
+        if not self._scheduled or self._exported or self._aside or o.duration is not None or self._demand:
             return None
         return (
             f"the run made {self._steps} step(s), too few to reach the window ({self._unprofiled()}, then --skip "
@@ -784,6 +820,8 @@ class Session:
         self._awaiting_start = False
         o = self.options
         skip = max(0, o.skip - self._probed_steps)  # the probe step was one of the skipped ones
+        if self._demand is not None:  # the request's first step (a job's ranks record the same), or now
+            skip = max(0, self._window_at - (self._steps + 1) - o.warmup) if self._window_at else 0
         measured, events, over = "the first step", self._first_step_events, False
         if self._fallback_cut:  # its events are unknown: more than the budget with the setup before it
             measured, events = "the run up to its first step (cut at the budget)", o.max_events
@@ -792,7 +830,8 @@ class Session:
             over = self._probe_cut  # recorded up to the budget, then not
             if over:
                 events = max(events, o.max_events)
-        self._active_steps, note = budget_steps(events, o.max_events, o.steps, measured, over)
+        asked = self._request.steps if self._request is not None else o.steps
+        self._active_steps, note = budget_steps(events, o.max_events, asked, measured, over)
         # one step over the budget: count the window's calls, to stop inside a step at the budget (never in
         # a window of steps that fit: counting slows each torch call made from Python by about 1.6 us)
         self._window_counted = bool(o.max_events) and events >= o.max_events
@@ -812,9 +851,96 @@ class Session:
         self._prof = self._profiler(schedule=lambda n: base(max(n - first, 0)))
         renumber(self._prof, first)
         self._prof.start()
+        if self._demand is not None and self._request is not None:
+            self._demand.started(self._request, recorded)
         if self._prof.current_action.name in _RECORDING:
             self._enter_recorder()
             self._count_window()
+
+    # -- on demand -------------------------------------------------------------------------------
+
+    def _on_demand(self, inside_record_function: bool) -> None:
+        """A step boundary between captures: start the window of an accepted request when its step comes
+        (the probe and warm-up steps first). Never inside a record_function (``_on_optimizer_step``)."""
+        assert self._demand is not None
+        request = self._demand.due(self._steps)
+        if request is None or inside_record_function:
+            return
+        lead = self.options.warmup + (1 if self.options.max_events else 0)
+        if request.first_step is not None and self._steps < request.first_step - 1 - lead:
+            return  # a job's window: the ranks start recording the same step
+        self._request = request
+        self._notes_from = len(self.notes)
+        self._window_at = request.first_step
+        self._active_steps = request.steps
+        try:
+            self.trace_path = self._demand.begin(request)
+        except StallscopeError as exc:
+            self._request = None
+            self._demand.fail(request, str(exc))
+            return
+        self._in_step = True
+        try:
+            if self.options.max_events:
+                self._start_probe()
+            else:
+                self._start_scheduled()
+        finally:
+            self._in_step = False
+        self._retrack()
+
+    def _window_capture(self) -> Capture:
+        """What the capture under way recorded (``stop``'s ``Capture``, for one window)."""
+        return Capture(
+            trace=self.trace_path if self._exported else None,
+            mode="steps",
+            steps_seen=self._steps,
+            sync_sites=list(self._sync_sites),
+            step_timing=dict(self._timer.summary()) if self._timer is not None else {},
+            notes=list(self.notes[self._notes_from :]),
+            step_source=self._step_source(),
+            profiled_steps=[self._window_first, self._window_last] if self._window_last else None,
+            dataloaders=list(self._loaders.loaders),
+            partial_step=self._partial_step if self._exported else 0,
+            trace_events=self._trace_events if self._exported else 0,
+            write_stopped=self._write_stopped,
+        )
+
+    def _finish_capture(self) -> None:
+        """The capture's window is written: publish its bundle, and wait for the next request."""
+        request, self._request = self._request, None
+        if request is None or self._demand is None:
+            return
+        try:
+            self._demand.publish(request, self._window_capture())
+        finally:
+            self._reset_window()
+
+    def _end_capture_at_exit(self) -> None:
+        """``stop()`` on demand: publish what the capture under way recorded, or say why there is nothing."""
+        request = self._request
+        if request is None or self._demand is None:
+            return
+        if self._exported:
+            self._finish_capture()
+            return
+        self._request = None
+        self._demand.fail(
+            request, f"the program ended at step {self._steps}, before the window recorded a step"
+        )
+        self._reset_window()
+
+    def _reset_window(self) -> None:
+        """Between captures: the window's state as before the first."""
+        self._exported = self._window_done = self._probing = self._awaiting_start = False
+        self._probe_cut = self._window_counted = False
+        self._window_first = self._window_last = self._first_recorded = 0
+        self._partial_step = self._trace_events = self._tail_step = 0
+        self._probed_steps = self._step_events = 0
+        self._sync_sites = []
+        self._tracked_steps = frozenset()
+        self._active_steps = self.options.steps
+        self._window_at = None
 
     def _count_window(self) -> None:
         if self._window_counted and self._counter is None:
@@ -878,7 +1004,12 @@ class Session:
             if self.options.duration is None:  # the fallback: the whole run's window unless a step comes
                 return
             self._progress(self._budget_note)
-        if self.on_window_closed is not None and not self._stopped and not self._aside:
+        if (
+            self.on_window_closed is not None
+            and not self._stopped
+            and not self._aside
+            and self._demand is None
+        ):
             first = self._window_first or max(1, self._steps - self._active_steps + 1)
             window = f"steps {first}-{self._steps}" if first < self._steps else f"step {first}"
             if self._partial_step:
@@ -955,7 +1086,7 @@ class Session:
         step (the sync sites are learnt there, not logged), or that step itself when nothing precedes it."""
         if self._aside or self._exported or self._stopped:
             return False
-        if not self._scheduled:
+        if not self._scheduled or (self._demand is not None and self._steps == 0):
             return True
         return self._steps + 1 in self._tracked_steps
 

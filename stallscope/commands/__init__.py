@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from stallscope import __version__
 from stallscope.analyzer.core.errors import StallscopeError
-from stallscope.commands import analyze, annotate, check, dashboard, diff, profile, report, upload
+from stallscope.commands import analyze, annotate, capture, check, dashboard, diff, profile, report, upload
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,12 @@ COMMANDS: tuple[Command, ...] = (
         "run a Python program under the profiler, write a bundle and print the verdict",
         profile.configure,
         profile.run,
+    ),
+    Command(
+        "capture",
+        "record the next steps of a program run with `profile --on-demand` (or of a torchrun job's ranks)",
+        capture.configure,
+        capture.run,
     ),
     Command("report", "write a standalone HTML report of a trace", report.configure, report.run),
     Command(

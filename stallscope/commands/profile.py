@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from stallscope.analyzer.core.errors import StallscopeError, UsageError
+from stallscope.analyzer.core.numbers import parse_uint
 from stallscope.collector.options import Capture
 from stallscope.collector.window import DEFAULT_MAX_EVENTS
 
 if TYPE_CHECKING:
+    from stallscope.collector.options import ProfileOptions
     from stallscope.collector.recording import Recording
 
 _PY_SUFFIXES = (".py", ".pyw")
@@ -62,6 +64,18 @@ def configure(p: argparse.ArgumentParser) -> None:
         help="send the bundle to a stallscope dashboard at URL (http://host:port) when the run ends",
     )
     p.add_argument(
+        "--on-demand",
+        action="store_true",
+        help="run with no profiler and wait: `stallscope capture PID` records the next --steps steps (after "
+        "--warmup) as a bundle, as often as asked (see docs/long-runs.md)",
+    )
+    p.add_argument(
+        "--every",
+        metavar="DURATION",
+        help="capture --steps steps every DURATION (90s, 30m, 2h) by itself (implies --on-demand); with "
+        "--upload each capture goes to the dashboard, tagged with the run's id",
+    )
+    p.add_argument(
         "program", nargs=argparse.REMAINDER, help="script.py [args...] or, with -m, module [args...]"
     )
 
@@ -91,6 +105,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         name, program_dir = _check_script(target), Path(target).resolve().parent
     options = replace(options, auto_steps=not _marks_steps(target, args.module))
+    if args.every is not None or args.on_demand:
+        return _run_on_demand(args, options, target, argv, name, program_dir)
     require_torch()
     output = output_for(args.output, name)  # under torchrun: rank<N> inside it
 
@@ -112,6 +128,87 @@ def run(args: argparse.Namespace) -> int:
         return _after(rec, args)
 
 
+def _run_on_demand(
+    args: argparse.Namespace,
+    options: ProfileOptions,
+    target: str,
+    argv: list[str],
+    name: str,
+    program_dir: Path,
+) -> int:
+    """``--on-demand`` / ``--every``: run the program, serve captures until it ends, list them."""
+    import os
+
+    from stallscope.collector.bundle import launcher_rank, output_for
+    from stallscope.collector.ondemand import Control, Every, Outcome, new_run_id, parse_every
+    from stallscope.collector.recording import after_the_run, record_on_demand
+    from stallscope.collector.run import run_module, run_script
+    from stallscope.collector.session import require_torch
+
+    if options.duration is not None:
+        raise UsageError("--on-demand records whole steps: it does not take --duration")
+    period = parse_every(args.every) if args.every is not None else None
+    require_torch()
+    rank = launcher_rank()
+    output = output_for(args.output, name)
+    run_dir = output if rank is None else output.parent  # a job's ranks share the run folder
+    if run_dir.exists() and not run_dir.is_dir():
+        raise UsageError(f"-o {run_dir}: exists and is not a folder")
+    env = os.environ
+    job = None
+    if rank is not None:
+        job = (
+            f"{env.get('TORCHELASTIC_RUN_ID', '')}@{env.get('MASTER_ADDR', '')}:{env.get('MASTER_PORT', '')}"
+        )
+    control = Control(
+        run_dir.absolute(),
+        new_run_id(name, None if job is None else f"{job}|{run_dir.absolute()}|{os.getppid()}"),
+        [target, *argv],
+        rank=rank,
+        world=parse_uint(env.get("WORLD_SIZE", "")) if rank is not None else None,
+        local_rank=parse_uint(env.get("LOCAL_RANK", "")) if rank is not None else None,
+        job=job,
+        upload=args.upload,
+        control_dir=run_dir.absolute() / f".control-rank{rank}" if rank is not None else None,
+    )
+
+    def say(message: str) -> None:
+        print(f"stallscope: {message}", file=sys.stderr, flush=True)
+
+    def uploaded(outcome: Outcome) -> None:
+        if args.upload:
+            _upload(outcome.bundle, args.upload, (f"run:{outcome.run_id}",))
+
+    def every(own: Control) -> Every:
+        assert period is not None
+        return Every(own, period, options.steps, uploaded, say)
+
+    def body() -> int:
+        return run_module(target, argv) if args.module else run_script(target, argv)
+
+    say(
+        f"on demand: pid {os.getpid()}, run {control.run_id}; `stallscope capture {os.getpid()}` records "
+        f"the next {options.steps} step(s)"
+        + (f"; capturing every {args.every} by itself" if period is not None else "")
+    )
+    with after_the_run() as after:
+        done = record_on_demand(
+            body, options, control, [target, *argv], program_dir, say, every if period else None
+        )
+        after.run_ended(done.exit_code)
+    say(f"the run ended (exit code {done.exit_code}): {len(done.captures)} capture(s)")
+    bundles = [Path(c["bundle"]) for c in done.captures]
+    if rank is not None:  # a rank's bundle is one rank of the job's capture
+        bundles = [b.parent for b in bundles]
+    for c, bundle in zip(done.captures, bundles, strict=True):
+        steps = c.get("steps") or ["?", "?"]
+        print(f"  capture {c['index']}  steps {steps[0]}-{steps[1]}  {bundle}")
+    print(f"  run       {done.run_dir} ({done.run_id})")
+    if bundles:
+        print(f"  next      stallscope analyze {bundles[-1]}")
+    return done.exit_code
+
+
 def _after(rec: Recording, args: argparse.Namespace) -> int:
     """The closing line, the verdict and the bundle (and the upload); the exit code."""
     traced = rec.capture.trace is not None
@@ -126,12 +223,12 @@ def _after(rec: Recording, args: argparse.Namespace) -> int:
     return rec.exit_code
 
 
-def _upload(bundle: Path, url: str) -> bool:
+def _upload(bundle: Path, url: str, tags: tuple[str, ...] = ()) -> bool:
     """Send the bundle to the dashboard; say where it can be seen, or why it could not be sent."""
     from stallscope.dashboard.client import upload
 
     try:
-        answer = upload(bundle, url)
+        answer = upload(bundle, url, tags=tags)
     except StallscopeError as exc:
         print(f"stallscope: error: upload to {url} failed: {exc}", file=sys.stderr)
         return False
