@@ -184,6 +184,7 @@ def run_history(run: Run) -> go.Figure:
         go.Scatter(
             x=x,
             y=util,
+            visible=any(u is not None for u in util),  # a CPU-only run has none
             name="GPU utilization (%)",
             mode="lines+markers",
             yaxis="y2",
