@@ -18,6 +18,7 @@ from dash import Dash, Input, Output, State, dcc, html, no_update
 from stallscope.dashboard.pages import figures
 from stallscope.dashboard.pages.common import TABLE_STYLE, data_table, message
 from stallscope.dashboard.runs import (
+    DEFAULT_THRESHOLD,
     Capture,
     Run,
     RunError,
@@ -205,7 +206,7 @@ def on_tick(services: Services, key: dict[str, Any] | None) -> tuple[Any, Any]:
     run_id = str(key.get("run_id"))
     try:
         mine = groups(services.store.entries()).get(check_run_id(run_id))
-        run = build(run_id, mine or [], float(key.get("threshold") or 0.2))
+        run = build(run_id, mine or [], float(key.get("threshold") or DEFAULT_THRESHOLD))
     except RunError as exc:
         return [message(str(exc))], no_update
     sig = signature(run)

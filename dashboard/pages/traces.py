@@ -158,7 +158,7 @@ def rows(entries: list[Entry], search: str | None) -> list[dict[str, Any]]:
     tag). The name is a plain text cell; the only markdown is the link, built from the id (32 hex digits)
     or the run id (``runs.RUN_ID_RE``, quoted)."""
     needle = (search or "").strip().lower()
-    runs = groups(entries)
+    by_run = groups(entries)
     out = []
     for e in entries:
         run_id = run_of(e)
@@ -166,7 +166,7 @@ def rows(entries: list[Entry], search: str | None) -> list[dict[str, Any]]:
             if not needle or _matches(e, needle):
                 out.append(_row(e))
             continue
-        mine = runs.pop(run_id, None)
+        mine = by_run.pop(run_id, None)
         if mine is None:  # its run's row is already in
             continue
         if not needle or needle in run_id.lower() or any(_matches(m, needle) for m in mine):
