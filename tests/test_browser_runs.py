@@ -73,7 +73,8 @@ def test_the_run_row_opens_the_run_page_with_its_flag_and_diff(
     browser.wait_for("return location.pathname === '/compare'", timeout=30)
     assert browser.js("return location.search") == f"?a={ids[1]}&b={ids[2]}"
     browser.wait_for(
-        "return document.querySelector('#compare-result').innerText.includes('Headline')", timeout=30
+        "const r = document.querySelector('#compare-result'); return r && r.innerText.includes('Headline')",
+        timeout=30,
     )
 
     # WHEN a run id with markup is opened THEN the page says it is not one, as text
