@@ -9,6 +9,8 @@
     POST   /api/traces/<id>/pin        the entry, pinned: kept when the store is over its limit
     DELETE /api/traces/<id>/pin        the entry, unpinned
     GET    /api/store                  {usage_bytes, limit_bytes}
+    GET    /api/runs/<run_id>          a long run's captures in wall-clock order, flagged (``dashboard.runs``);
+                                       ``?threshold=0.2``: the step-time rise that flags a capture
 
 A dashboard started with a token answers 401 to any request without it (``stallscope.dashboard.auth``).
 An upload the store cannot make room for (everything older pinned or being analysed) is answered 507.
@@ -25,6 +27,7 @@ import logging
 from flask import Blueprint, Flask, Response, jsonify, request, send_file
 from werkzeug.exceptions import HTTPException
 
+from stallscope.dashboard import runs
 from stallscope.dashboard.services import Services
 from stallscope.dashboard.store import CorruptEntry, NotReady, StoreFull, TooLarge, UnknownTrace
 from stallscope.dashboard.unpack import BadUpload
@@ -58,7 +61,8 @@ def _blueprint(services: Services) -> Blueprint:
         if file is None:
             return jsonify(error="send the trace as multipart form field 'file'"), 400
         name = request.form.get("name") or file.filename or "trace"
-        tags = tuple(t.strip()[:40] for t in request.form.get("tags", "").split(",") if t.strip())[:16]
+        # 140 characters: a capture's "run:<run id>" whole (a run id is at most 128, ``runs.RUN_ID_RE``)
+        tags = tuple(t.strip()[:140] for t in request.form.get("tags", "").split(",") if t.strip())[:16]
         entry = store.add(name, file.stream, services.max_upload_bytes, tags)
         if services.worker is not None:
             services.worker.submit(entry.id)
@@ -102,10 +106,17 @@ def _blueprint(services: Services) -> Blueprint:
     def usage() -> Response:
         return jsonify(usage_bytes=store.usage(), limit_bytes=store.limit_bytes)
 
+    @api.get("/runs/<run_id>")
+    def run(run_id: str) -> Response:
+        threshold = runs.parse_threshold(request.args.get("threshold"))
+        return jsonify(runs.history(store.entries(), runs.check_run_id(run_id), threshold).to_json())
+
     @api.route("/", defaults={"rest": ""}, methods=["GET", "POST", "DELETE", "PUT", "PATCH"])
     @api.route("/<path:rest>", methods=["GET", "POST", "DELETE", "PUT", "PATCH"])
     def nothing(rest: str) -> tuple[Response, int]:
         """Any other /api URL (the app's catch-all page route must not answer it with HTML)."""
+        if rest.startswith("runs/"):
+            return jsonify(error=str(runs.BadRunId.shape())), 400
         if rest.startswith("traces/"):
             return jsonify(error=f"no trace with id {rest[7:47]!r}"), 404
         return jsonify(error="no such API route"), 404
@@ -120,6 +131,15 @@ def _errors(api: Blueprint, services: Services) -> None:
     @api.errorhandler(UnknownTrace)
     def unknown(exc: UnknownTrace) -> tuple[Response, int]:
         return jsonify(error=str(exc)), 404
+
+    @api.errorhandler(runs.UnknownRun)
+    def unknown_run(exc: runs.UnknownRun) -> tuple[Response, int]:
+        return jsonify(error=str(exc)), 404
+
+    @api.errorhandler(runs.BadRunId)
+    @api.errorhandler(runs.BadThreshold)
+    def bad_run(exc: runs.RunError) -> tuple[Response, int]:
+        return jsonify(error=str(exc)), 400
 
     @api.errorhandler(TooLarge)
     def too_large(exc: TooLarge) -> tuple[Response, int]:

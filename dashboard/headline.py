@@ -73,13 +73,47 @@ def job_summary(doc: Doc) -> Doc | None:
     }
 
 
+#: Findings a catalog entry keeps (``top_findings``), the largest estimated savings first.
+TOP_FINDINGS = 3
+
+
+def step_time(doc: Doc) -> tuple[float | None, int]:
+    """The time of one step of the trace, µs, and the steps it is the median of: the median of
+    ``steps[].dur_us``, or (no profiled steps: 0) the window's duration; None when there is neither."""
+    durations = sorted(float(s["dur_us"]) for s in doc.get("steps") or () if s.get("dur_us") is not None)
+    if durations:
+        n = len(durations)
+        mid = durations[n // 2] if n % 2 else (durations[n // 2 - 1] + durations[n // 2]) / 2
+        return mid, n
+    window = (doc.get("window") or {}).get("dur_us")
+    return (None if window is None else float(window)), 0
+
+
+def top_findings(doc: Doc, n: int = TOP_FINDINGS) -> list[Doc]:
+    """The ``n`` findings with the largest ``est_saving_us`` (the document's order among equals), each
+    as ``{rule, title, est_saving_us}``."""
+    found = list(doc.get("findings") or ())
+    ranked = sorted(range(len(found)), key=lambda i: (-float(found[i].get("est_saving_us") or 0.0), i))
+    return [{k: found[i].get(k) for k in ("rule", "title", "est_saving_us")} for i in ranked[:n]]
+
+
 def catalog_summary(doc: Doc) -> Doc:
     """The headline numbers a store keeps for a trace: the analysis ``summary`` plus ``cpu_only`` and
     ``best_saving_us`` (``best_saving``); a CPU-only trace's ``device_utilization`` is null rather than
-    a meaningless 0. A job adds ``job`` (``job_summary``): the numbers are then the shown rank's, ``rank``."""
+    a meaningless 0. A job adds ``job`` (``job_summary``): the numbers are then the shown rank's, ``rank``.
+
+    What a run's page shows of each of its captures without reading their analyses: ``capture`` (the
+    document's ``source.capture``: null for a trace that is not one capture of a long run), ``step_us``
+    and ``step_count`` (``step_time``), ``top_findings`` (``top_findings``) and ``finding_rules`` (every
+    finding's rule, sorted once each: what is new in a later capture). Entries catalogued before these
+    existed lack them; every reader takes them with ``.get``."""
     out = dict(doc.get("summary") or {})
     out["cpu_only"] = cpu_only(doc)
     out["best_saving_us"] = best_saving(doc)[0]
+    out["capture"] = (doc.get("source") or {}).get("capture")
+    out["step_us"], out["step_count"] = step_time(doc)
+    out["top_findings"] = top_findings(doc)
+    out["finding_rules"] = sorted({str(f.get("rule")) for f in doc.get("findings") or ()})
     if out["cpu_only"]:
         out["device_utilization"] = None
     job = job_summary(doc)

@@ -4,6 +4,7 @@ the stdlib client that ``stallscope upload`` uses and by hand-made requests for 
 from __future__ import annotations
 
 import json
+import statistics
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -81,6 +82,12 @@ def test_upload_list_fetch_analysis_delete(server: Running) -> None:
         **expected["summary"],
         "cpu_only": False,
         "best_saving_us": best_saving(expected)[0],
+        # what a run's page shows of a capture (this trace is none)
+        "capture": None,
+        "step_us": statistics.median(s["dur_us"] for s in expected["steps"]),
+        "step_count": len(expected["steps"]),
+        "top_findings": [{k: f[k] for k in ("rule", "title", "est_saving_us")} for f in expected["findings"]],
+        "finding_rules": sorted({f["rule"] for f in expected["findings"]}),
     }
     status, doc = call("GET", f"{server.url}/api/traces/{trace_id}/analysis")
     assert status == 200 and doc["schema"] == "stallscope.analysis/3"

@@ -7,6 +7,7 @@ import io
 import json
 import os
 import sqlite3
+import statistics
 import tarfile
 import threading
 import zipfile
@@ -56,6 +57,12 @@ def test_upload_is_analysed_into_the_same_json_as_the_cli(tmp_path: Path) -> Non
         **direct["summary"],
         "cpu_only": False,
         "best_saving_us": best_saving(direct)[0],
+        # what a run's page shows of a capture (this trace is none)
+        "capture": None,
+        "step_us": statistics.median(s["dur_us"] for s in direct["steps"]),
+        "step_count": len(direct["steps"]),
+        "top_findings": [{k: f[k] for k in ("rule", "title", "est_saving_us")} for f in direct["findings"]],
+        "finding_rules": sorted({f["rule"] for f in direct["findings"]}),
     }
     assert doc["syncs"] == direct["syncs"] and doc["findings"] == direct["findings"]
     assert doc["source"]["path"] == ITEM.name  # the server's folders are never shown

@@ -11,6 +11,7 @@ URL, so tests call it directly; each page module has ``layout(...)`` and ``regis
     /trace/<id>/whatif         scenarios: predicted time and the re-timed device streams
     /trace/<id>/job            a rank folder's whole job: stragglers, skew per collective, rank x step heatmaps
     /compare?a=<id>&b=<id>     two traces side by side
+    /runs/<run_id>             a long run's captures over time, those that changed flagged (?threshold=0.2)
     /glossary                  the terms the pages use (every page links its terms here)
 """
 
@@ -18,11 +19,11 @@ from __future__ import annotations
 
 import contextlib
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, unquote
 
 from dash import Dash, Input, Output, State, html, no_update
 
-from stallscope.dashboard.pages import compare, explorer, job, overview, tables, traces, whatif
+from stallscope.dashboard.pages import compare, explorer, job, overview, run, tables, traces, whatif
 from stallscope.dashboard.pages.common import Shell, glossary_page, message, progress_text, ready_entry
 from stallscope.dashboard.services import Services
 from stallscope.dashboard.store import Status, StoreError
@@ -54,6 +55,8 @@ def render(services: Services, pathname: str | None, search: str | None = None) 
             return glossary_page()
         if parts == ["compare"]:
             return compare.layout(services, query.get("a"), query.get("b"))
+        if parts[0] == "runs" and len(parts) == 2:  # the browser's path is percent-encoded
+            return run.layout(services, unquote(parts[1]), query.get("threshold"))
         if parts[0] == "trace" and len(parts) in (2, 3):
             page = _TRACE_PAGES.get(parts[2] if len(parts) == 3 else "")
             if page is not None:
@@ -125,5 +128,5 @@ def register(app: Dash, services: Services) -> None:
     def prepared(_n: int, trace_id: str, pathname: str | None, search: str | None) -> Any:
         return on_preparing(services, trace_id, pathname, search)
 
-    for module in (traces, overview, explorer, tables, whatif, job, compare):
+    for module in (traces, overview, explorer, tables, whatif, job, compare, run):
         module.register(app, services)

@@ -14,6 +14,7 @@ from dash.dash_table.DataTable import DataTable
 
 from stallscope.dashboard.palette import FONT_FAMILY, GRID, MUTED, PYTHON, TEXT
 from stallscope.dashboard.report import site_text as report_site_text
+from stallscope.dashboard.runs import run_of, run_url
 from stallscope.dashboard.services import Services
 from stallscope.dashboard.store import Entry, Status, StoreError
 from stallscope.display import glossary
@@ -152,6 +153,9 @@ def trace_nav(entry: Entry, current: str) -> html.Div:
             )
         )
     links.append(dcc.Link("Compare…", href=f"/compare?a={entry.id}"))
+    run_id = run_of(entry)
+    if run_id is not None:  # one capture of a long run: its run's page
+        links.append(dcc.Link(f"Run {run_id}", href=run_url(run_id), className="ss-run-link"))
     return html.Div(links, className="ss-subnav")
 
 

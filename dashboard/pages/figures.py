@@ -5,6 +5,7 @@ trace text HTML-escaped before plotly sees it (plotly renders a subset of HTML i
 from __future__ import annotations
 
 import html
+import time
 from typing import Any
 
 import numpy as np
@@ -15,6 +16,7 @@ from stallscope.analyzer.core.model import LaneKind
 from stallscope.analyzer.core.names import EventKind
 from stallscope.analyzer.passes.replay import Replay
 from stallscope.dashboard import palette
+from stallscope.dashboard.runs import Run
 from stallscope.dashboard.timeline import Groups, RowKind, fmt_us, lod, plural
 from stallscope.dashboard.timeline_figure import opacity
 
@@ -150,3 +152,57 @@ def step_distributions(a: Doc, b: Doc, names: tuple[str, str]) -> go.Figure:
     fig.update_layout(boxmode="group")
     fig.update_yaxes(title={"text": "ms per step"})
     return _base(fig, "Per-step distributions", 360)
+
+
+def run_history(run: Run) -> go.Figure:
+    """A run's step time (ms, left axis) and device utilization (%, right axis) at each capture's
+    wall-clock time; a flagged capture's point is a red diamond."""
+    cs = run.captures
+    x = [time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(c.when)) for c in cs]
+    hover = [f"capture {c.index}" if c.index is not None else "capture" for c in cs]
+    flagged = [c.flag is not None for c in cs]
+    step = [None if c.step_us is None else c.step_us / 1000 for c in cs]
+    util = [None if c.utilization is None else c.utilization * 100 for c in cs]
+    fig = go.Figure()
+    fig.add_trace(
+        go.Scatter(
+            x=x,
+            y=step,
+            name="step time (ms)",
+            mode="lines+markers",
+            line={"color": palette.HOST},
+            marker={
+                "color": [palette.SYNC if f else palette.HOST for f in flagged],
+                "symbol": ["diamond" if f else "circle" for f in flagged],
+                "size": [13 if f else 8 for f in flagged],
+            },
+            hovertext=hover,
+            hovertemplate="%{hovertext}<br>%{x}<br>step time %{y:,.2f} ms<extra></extra>",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=x,
+            y=util,
+            visible=any(u is not None for u in util),  # a CPU-only run has none
+            name="GPU utilization (%)",
+            mode="lines+markers",
+            yaxis="y2",
+            line={"color": palette.DEVICE, "dash": "dot"},
+            hovertext=hover,
+            hovertemplate="%{hovertext}<br>%{x}<br>GPU utilization %{y:.1f}%<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        yaxis={"title": {"text": "step time (ms)"}, "rangemode": "tozero"},
+        yaxis2={
+            "title": {"text": "GPU utilization (%)"},
+            "overlaying": "y",
+            "side": "right",
+            "range": [0, 105],
+            "tickvals": [0, 25, 50, 75, 100],
+        },
+        xaxis={"title": {"text": "capture time (UTC)"}, "type": "date"},
+        legend={"orientation": "h", "y": -0.25},
+    )
+    return _base(fig, f"Run {run.run_id}: step time and GPU utilization over time", 360)

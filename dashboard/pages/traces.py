@@ -1,6 +1,10 @@
 """Traces page: drag-and-drop upload, a sortable and searchable table of the store, delete, pin (kept when
 the store is over its limit), compare two; what the store holds against its limit.
 
+The captures of a long run (``stallscope.dashboard.runs``) are one row, the run's: its number of captures
+and how many are flagged, the latest capture's numbers, a link to the run page; deleting or pinning it
+acts on every capture. Other uploads are a row each.
+
 Layout / callbacks split: ``layout`` builds the page, the ``on_*`` functions are the callbacks' bodies
 (plain functions of the services and the inputs, called directly by the tests), ``register`` wires them.
 """
@@ -18,7 +22,8 @@ from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
 from stallscope.dashboard.auth import ENV, token_required
 from stallscope.dashboard.headline import bottleneck_text, job_text
-from stallscope.dashboard.pages.common import Shell, data_table
+from stallscope.dashboard.pages.common import TABLE_STYLE, Shell, data_table
+from stallscope.dashboard.runs import build, groups, run_of, run_url
 from stallscope.dashboard.services import Services
 from stallscope.dashboard.store import Entry, StoreError
 from stallscope.dashboard.unpack import BadUpload
@@ -41,6 +46,7 @@ class Ids(str, Enum):
 
 COLUMNS = [
     {"id": "name", "name": "name"},
+    {"id": "run", "name": "run"},  # a run's row: its captures, and how many are flagged
     {"id": "pinned", "name": "pinned"},
     {"id": "tags", "name": "tags"},
     {"id": "uploaded", "name": "uploaded (UTC)"},
@@ -118,6 +124,10 @@ def layout(services: Services) -> html.Div:
                 selected_rows=[],
                 page_size=50,
                 markdown_options={"link_target": "_self"},
+                style_data_conditional=[
+                    *TABLE_STYLE["style_data_conditional"],
+                    {"if": {"filter_query": "{flagged} > 0"}, "backgroundColor": "#fff8e6"},
+                ],
             ),
             html.Div(usage_text(services), id=Ids.USAGE.value, className="muted"),
             dcc.Interval(id=Ids.TICK.value, interval=2000),
@@ -139,36 +149,101 @@ def usage_text(services: Services) -> str:
     )
 
 
+RUN_ROW = "run:"  # a run's row id: "run:<run id>" (an entry's is its 32 hex digits)
+
+
 def rows(entries: list[Entry], search: str | None) -> list[dict[str, Any]]:
-    """Table rows of the entries whose name or a tag contains ``search`` (case-insensitive). The name is a plain
-    text cell; the only markdown is the link, built from the id (32 hex digits)."""
+    """Table rows of the entries whose name or a tag contains ``search`` (case-insensitive), a run's
+    captures as one row where its newest upload would be (found by the run id or any capture's name or
+    tag). The name is a plain text cell; the only markdown is the link, built from the id (32 hex digits)
+    or the run id (``runs.RUN_ID_RE``, quoted)."""
     needle = (search or "").strip().lower()
+    by_run = groups(entries)
     out = []
     for e in entries:
-        if needle and needle not in e.name.lower() and not any(needle in t.lower() for t in e.tags):
+        run_id = run_of(e)
+        if run_id is None:
+            if not needle or _matches(e, needle):
+                out.append(_row(e))
             continue
-        s = e.summary or {}
-        saving = s.get("best_saving_us", s.get("est_saving_us"))  # entries stored before best_saving_us
-        job = s.get("job")
-        out.append(
-            {
-                "id": e.id,
-                "uploaded_at": e.uploaded_at,  # not a column: orders a comparison (before = older)
-                "name": e.name,
-                "pinned": "pinned" if e.pinned else "",
-                "tags": ", ".join(e.tags),
-                "uploaded": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(e.uploaded_at)),
-                "status": e.status.value if e.status.value != "error" else f"error: {e.error[:80]}",
-                "ranks": job["ranks"] if job else (1 if e.summary else None),
-                "job": job_text(job) if job else "",
-                "utilization": s.get("device_utilization"),
-                "bottleneck": bottleneck_text(s) if e.summary else None,
-                "avoidable_syncs": s.get("avoidable_sync_count"),
-                "saving_ms": None if saving is None else saving / 1000,
-                "open": f"[open](/trace/{e.id})",
-            }
-        )
+        mine = by_run.pop(run_id, None)
+        if mine is None:  # its run's row is already in
+            continue
+        if not needle or needle in run_id.lower() or any(_matches(m, needle) for m in mine):
+            out.append(run_row(run_id, mine))
     return out
+
+
+def _matches(e: Entry, needle: str) -> bool:
+    return needle in e.name.lower() or any(needle in t.lower() for t in e.tags)
+
+
+def _row(e: Entry) -> dict[str, Any]:
+    s = e.summary or {}
+    saving = s.get("best_saving_us", s.get("est_saving_us"))  # entries stored before best_saving_us
+    job = s.get("job")
+    return {
+        "id": e.id,
+        "uploaded_at": e.uploaded_at,  # not a column: orders a comparison (before = older)
+        "name": e.name,
+        "run": "",
+        "flagged": 0,
+        "pinned": "pinned" if e.pinned else "",
+        "tags": ", ".join(e.tags),
+        "uploaded": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(e.uploaded_at)),
+        "status": e.status.value if e.status.value != "error" else f"error: {e.error[:80]}",
+        "ranks": job["ranks"] if job else (1 if e.summary else None),
+        "job": job_text(job) if job else "",
+        "utilization": s.get("device_utilization"),
+        "bottleneck": bottleneck_text(s) if e.summary else None,
+        "avoidable_syncs": s.get("avoidable_sync_count"),
+        "saving_ms": None if saving is None else saving / 1000,
+        "open": f"[open](/trace/{e.id})",
+    }
+
+
+def run_row(run_id: str, mine: list[Entry]) -> dict[str, Any]:
+    """One run's row: its captures, how many are flagged, and the numbers of its latest analysed one."""
+    run = build(run_id, mine)
+    n = len(run.captures)
+    text = f"{n} capture{'s' * (n != 1)}" + (f", {run.flagged} flagged" if run.flagged else "")
+    if run.others:
+        text += f", {len(run.others)} not analysed"
+    row = _row(run.captures[-1].entry if run.captures else mine[0])
+    newest = max(e.uploaded_at for e in mine)
+    pinned = sum(e.pinned for e in mine)
+    busy = [e.status.value for e in mine if e.status.value != "ready"]
+    row.update(
+        {
+            "id": RUN_ROW + run_id,
+            "uploaded_at": newest,
+            "name": f"run {run_id}",
+            "run": text,
+            "flagged": run.flagged,
+            "pinned": "" if not pinned else "pinned" if pinned == len(mine) else f"{pinned} pinned",
+            "tags": ", ".join(sorted({t for e in mine for t in e.tags})),
+            "uploaded": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(newest)),
+            "status": "ready" if not busy else ", ".join(sorted(set(busy))),
+            "open": f"[run]({run_url(run_id)})",
+        }
+    )
+    return row
+
+
+def _selected(services: Services, data: list[dict[str, Any]] | None, selected: list[int] | None) -> list[str]:
+    """The entry ids of the selected rows: a run's row stands for each of its captures."""
+    ids: list[str] = []
+    runs: dict[str, list[Entry]] | None = None
+    for i in selected or []:
+        if not data or i >= len(data):
+            continue
+        row_id = str(data[i]["id"])
+        if row_id.startswith(RUN_ROW):
+            runs = groups(services.store.entries()) if runs is None else runs
+            ids += [e.id for e in runs.get(row_id[len(RUN_ROW) :], [])]
+        else:
+            ids.append(row_id)
+    return ids
 
 
 def on_upload(services: Services, contents: str | None, filename: str | None) -> tuple[Any, Any]:
@@ -200,7 +275,7 @@ def on_table(
     message)."""
     note: Any = no_update
     if trigger in (Ids.PIN.value, Ids.UNPIN.value):
-        ids = [data[i]["id"] for i in (selected or []) if data and i < len(data)]
+        ids = _selected(services, data, selected)
         note = "select traces to pin" if trigger == Ids.PIN.value else "select traces to unpin"
         for trace_id in ids:
             try:
@@ -213,7 +288,7 @@ def on_table(
                 verb = "pinned" if trigger == Ids.PIN.value else "unpinned"
                 note = f"{verb} {len(ids)} trace{'s' * (len(ids) != 1)}"
     elif trigger == Ids.DELETE.value:
-        ids = [data[i]["id"] for i in (selected or []) if data and i < len(data)]
+        ids = _selected(services, data, selected)
         if not ids:
             note = "select traces to delete"
         for trace_id in ids:
@@ -243,6 +318,8 @@ def on_compare(
     picked = [data[i] for i in (selected or []) if data and i < len(data)]
     if len(picked) != 2:
         return "select exactly two traces to compare", no_update
+    if any(str(r["id"]).startswith(RUN_ROW) for r in picked):
+        return "a run is a row of captures: compare them from its run page", no_update
     a, b = sorted(picked, key=lambda r: (float(r.get("uploaded_at") or 0.0), str(r.get("uploaded"))))
     return no_update, f"/compare?a={a['id']}&b={b['id']}"
 
