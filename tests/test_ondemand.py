@@ -430,6 +430,20 @@ def test_every_uploads_each_capture_tagged_with_the_run(
         median = {i: sorted(s["dur_us"] for s in d["steps"])[len(d["steps"]) // 2] for i, d in docs.items()}
         assert median[3] > median[1] + 100_000 and median[2] > median[1] + 100_000, median
         assert sum("uploaded" in line for line in program.out.splitlines()) >= 3
+        # AND the dashboard's run page has the three captures in order, the slowdown flagged against capture 1
+        import urllib.request
+
+        with urllib.request.urlopen(f"{running.url}/api/runs/{run_id}", timeout=30) as answer:
+            run = json.loads(answer.read())
+        captures = run["captures"]
+        assert [c["index"] for c in captures][:3] == [1, 2, 3]
+        assert [c["step_us"] for c in captures[:3]] == pytest.approx([median[1], median[2], median[3]])
+        assert captures[0]["flag"] is None
+        for flagged in captures[1:3]:
+            kinds = [r["kind"] for r in flagged["flag"]["reasons"]]
+            assert "step_time" in kinds and flagged["flag"]["against"]["index"] == 1
+            assert flagged["flag"]["diff"] == f"/compare?a={captures[0]['id']}&b={flagged['id']}"
+        assert run["flagged"] >= 2
     finally:
         running.stop()
         assert services.worker is not None
