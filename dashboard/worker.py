@@ -411,6 +411,7 @@ class ClusterWorker(AnalysisQueue):
         from dask.distributed import Client
 
         super().__init__(store, limits)
+        self._root = str(store.root.resolve())  # the tasks run elsewhere: never a relative path
         timeout = CONNECT_TIMEOUT_S if connect_timeout_s is None else connect_timeout_s
         _check_address(address)
         try:
@@ -432,7 +433,7 @@ class ClusterWorker(AnalysisQueue):
                 return done
             key = f"stallscope-analysis-{trace_id}-{uuid.uuid4().hex[:8]}"
             task = self._client.submit(
-                analyse_in_child, str(self.store.root), trace_id, self.limits, key=key, pure=False, retries=0
+                analyse_in_child, self._root, trace_id, self.limits, key=key, pure=False, retries=0
             )
             self._running[key] = task
         task.add_done_callback(lambda t: self._finished(trace_id, t, done))

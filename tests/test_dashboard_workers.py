@@ -285,6 +285,21 @@ def test_an_analysis_process_dying_on_the_cluster_fails_its_entry_and_the_cluste
         worker.shutdown()
 
 
+def test_a_store_given_by_a_relative_path_is_found_by_the_cluster(
+    tmp_path: Path, scheduler: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a dashboard started in another folder than the cluster's workers, with `--store store`
+    monkeypatch.chdir(tmp_path)
+    store = Store("store")
+    worker = ClusterWorker(store, scheduler)
+    try:
+        trace_id = store.add("item.json.gz", io.BytesIO(ITEM.read_bytes()), MB).id
+        # WHEN an upload is analysed there THEN the task found the store
+        assert worker.submit(trace_id).result(timeout=120) == "ready"
+    finally:
+        worker.shutdown()
+
+
 def test_a_hung_analysis_process_is_killed_past_its_time_limit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
