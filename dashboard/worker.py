@@ -268,10 +268,6 @@ class Worker(AnalysisQueue):
         for thread in self._threads:
             thread.start()
 
-    @property
-    def workers(self) -> int:
-        return len(self._pools)
-
     def child_pids(self) -> list[int]:
         """The analysis processes now running (each slot's, once started)."""
         return [pid for pool in list(self._pools) for pid in list(getattr(pool, "_processes", None) or {})]
@@ -353,15 +349,20 @@ class Worker(AnalysisQueue):
             self._wake.notify_all()
         for _, done in pending:
             done.cancel()
-        pools = list(self._pools)
+        stopped = self._stop_pools(list(self._pools))
+        for thread in self._threads:
+            thread.join(timeout=10)
+        # a slot that replaced its pool meanwhile (its child had just died) may have started another
+        self._stop_pools([pool for pool in self._pools if pool not in stopped])
+
+    def _stop_pools(self, pools: list[cf.Executor]) -> list[cf.Executor]:
         if self._processes:
             for pool in pools:
                 for process in list((getattr(pool, "_processes", None) or {}).values()):
                     process.kill()
         for pool in pools:
             pool.shutdown(wait=not self._processes, cancel_futures=True)
-        for thread in self._threads:
-            thread.join(timeout=10)
+        return pools
 
 
 def _task_error(task: Any) -> BaseException:
