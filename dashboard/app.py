@@ -22,7 +22,7 @@ from stallscope.dashboard.pages.common import Shell
 from stallscope.dashboard.palette import FONT_FAMILY, TEXT
 from stallscope.dashboard.services import Services
 from stallscope.dashboard.store import Store
-from stallscope.dashboard.worker import Limits, Worker
+from stallscope.dashboard.worker import AnalysisQueue, ClusterWorker, Limits, Worker
 
 DEFAULT_MAX_UPLOAD_MB = 512
 
@@ -74,13 +74,21 @@ def open_services(
     processes: bool = True,
     limits: Limits | None = None,
     store_limit_mb: float | None = None,
+    workers: int = 1,
+    scheduler: str | None = None,
 ) -> Services:
     """Open (or create) the store (holding at most ``store_limit_mb``, None: no limit), start the
-    analysis worker (each analysis under ``limits``) and queue what a previous run left unfinished."""
+    analyses (each under ``limits``): ``workers`` side by side in local processes, or on the Dask cluster
+    at ``scheduler`` (``UsageError`` if it cannot be reached); then queue what a previous run left
+    unfinished."""
     store = Store(store_dir, limit_bytes=None if store_limit_mb is None else int(store_limit_mb * (1 << 20)))
-    services = Services(store, Worker(store, processes=processes, limits=limits), max_upload_mb << 20)
-    assert services.worker is not None
-    services.worker.resume()
+    queue: AnalysisQueue = (
+        ClusterWorker(store, scheduler, limits=limits)
+        if scheduler is not None
+        else Worker(store, processes=processes, limits=limits, workers=workers)
+    )
+    services = Services(store, queue, max_upload_mb << 20)
+    queue.resume()
     return services
 
 

@@ -6,16 +6,16 @@ from dataclasses import dataclass, field
 
 from stallscope.dashboard.live import LiveAnalyses
 from stallscope.dashboard.store import Store
-from stallscope.dashboard.worker import Worker
+from stallscope.dashboard.worker import AnalysisQueue
 
 
 @dataclass(frozen=True)
 class Services:
-    """The store, the analysis queue (None: uploads wait until a worker is attached), the typed analyses
-    the timeline needs, and the upload limit in bytes."""
+    """The store, the analysis queue (local processes or a Dask cluster; None: uploads wait until one is
+    attached), the typed analyses the timeline needs, and the upload limit in bytes."""
 
     store: Store
-    worker: Worker | None
+    worker: AnalysisQueue | None
     max_upload_bytes: int
     live: LiveAnalyses = field(init=False)
 

@@ -33,7 +33,7 @@ def test_a_killed_analysis_process_fails_its_entry_and_the_next_gets_a_fresh_one
         deadline = time.monotonic() + 60
         children: list[int] = []
         while not children and time.monotonic() < deadline:
-            children = list(getattr(worker._pool, "_processes", {}) or {})
+            children = worker.child_pids()
             time.sleep(0.05)
         assert children, "the analysis process never started"
         # WHEN that process is killed (out of memory, an operator's kill -9)

@@ -72,6 +72,20 @@ def configure(p: argparse.ArgumentParser) -> None:
         metavar="S",
         help="seconds an analysis may take (default: 60 s + 3 s per MB of JSON, as the CLI's --time-limit)",
     )
+    p.add_argument(
+        "--analysis-workers",
+        default="1",
+        metavar="N",
+        help="analyse up to N uploads side by side, each in its own process under the limits above"
+        " (default 1)",
+    )
+    p.add_argument(
+        "--scheduler",
+        default=None,
+        metavar="ADDRESS",
+        help="analyse uploads on this existing Dask cluster instead (as analyze --scheduler); its workers"
+        " must run on this machine, where they see the store's folder",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -89,18 +103,34 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(
             f"--store-limit-mb ({args.store_limit_mb:g}) must be at least --max-upload-mb ({args.max_upload_mb})"
         )
+    workers = analysis_workers(args.analysis_workers)
+    if args.scheduler is not None:
+        if not args.scheduler.strip():
+            raise UsageError("--scheduler: give the address of a Dask scheduler (HOST:PORT)")
+        if workers != 1:
+            raise UsageError(
+                "--analysis-workers and --scheduler: give one (local processes, or an existing cluster,"
+                " which decides how many run at once)"
+            )
     token, generated = access_token(args)
     store_dir = args.store or default_root()
     try:
         limits = Limits(args.max_inflated_mb, args.analysis_memory_mb, args.analysis_time_limit)
         services = open_services(
-            store_dir, args.max_upload_mb, limits=limits, store_limit_mb=args.store_limit_mb
+            store_dir,
+            args.max_upload_mb,
+            limits=limits,
+            store_limit_mb=args.store_limit_mb,
+            workers=workers,
+            scheduler=args.scheduler,
         )
     except OSError as exc:
         raise UsageError(f"--store {store_dir}: cannot use it ({exc.strerror or exc})") from None
     try:
         running = Running(create_app(services, token), args.host, args.port, quiet=not args.log)
     except OSError as exc:
+        if services.worker is not None:
+            services.worker.shutdown()
         raise UsageError(f"cannot listen on {args.host}:{args.port} ({exc.strerror or exc})") from None
     # a new token is printed once, in the URL to open (as Jupyter does); a given one never is
     url = f"{running.url}/?token={token}" if generated else running.url
@@ -114,6 +144,16 @@ def run(args: argparse.Namespace) -> int:
         if services.worker is not None:
             services.worker.shutdown()
     return 0
+
+
+def analysis_workers(text: str) -> int:
+    """``--analysis-workers``: a whole number of processes, 1 or more (``UsageError`` otherwise)."""
+    value = text.strip()
+    if not (value.isascii() and value.isdigit()) or int(value) < 1 or len(value) > 4:
+        raise UsageError(
+            f"--analysis-workers must be a whole number of processes from 1 to 9999, not {text!r}"
+        )
+    return int(value)
 
 
 def access_token(args: argparse.Namespace) -> tuple[str | None, bool]:
