@@ -258,6 +258,12 @@ SPACED = {  # 1 GiB of whitespace in the middle of a document, where JSON allows
         (b'"traceEvents":[' + FIRST + b"," + REST + b"]}", 1),
     ],
     "in a bare list": [(b"[" + FIRST + b",", 1), GIB_OF_SPACES, (REST + b"]", 1)],
+    # an event of the wrong type: the stream gives up and the document is decoded whole, read squeezed
+    "after an event the stream cannot read": [
+        (b'{"traceEvents":[{"ts":"x"},' + FIRST + b",", 1),
+        GIB_OF_SPACES,
+        (REST + b"]}", 1),
+    ],
 }
 
 

@@ -158,8 +158,8 @@ def test_whitespace_blocks_inside_a_string_are_kept() -> None:
     assert names == ["a" + spaces.decode() + "b", 'c"' + spaces.decode() + "d"]
 
 
-class Measured(stream._Blanks):
-    """``_Blanks`` that keeps the largest buffer it added to."""
+class Measured(stream.Blanks):
+    """``Blanks`` that keeps the largest buffer it added to."""
 
     largest = 0
 
@@ -176,7 +176,7 @@ def test_whitespace_blocks_between_tokens_are_squeezed(monkeypatch: pytest.Monke
     start = (b"[",) if bare else (b'{"schemaVersion":1,', *gap, b'"traceEvents":[')
     end = (b"]",) if bare else (b"]", *gap, b"}")
     parts = (*start, b'{"ph":"i",', *gap, b'"name":"a"}', *gap, b',{"name":"b"}', *gap, *end)
-    monkeypatch.setattr(stream, "_Blanks", Measured)
+    monkeypatch.setattr(stream, "Blanks", Measured)
     Measured.largest = 0
     # WHEN streamed THEN the events are those of the text without it, which was never held
     assert [(e.ph, e.name) for e in events_of(*parts)] == [("i", "a"), ("", "b")]
@@ -186,7 +186,7 @@ def test_whitespace_blocks_between_tokens_are_squeezed(monkeypatch: pytest.Monke
 def test_the_squeeze_keeps_a_space_between_tokens() -> None:
     # GIVEN two numbers separated only by a block of whitespace (invalid JSON: two values in a row)
     buffer = bytearray(b"[1")
-    blanks = stream._Blanks()
+    blanks = stream.Blanks()
     blanks.add(buffer, b"   ")
     blanks.add(buffer, b"  ")
     blanks.add(buffer, b"2]")

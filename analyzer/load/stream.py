@@ -142,7 +142,7 @@ class _Text:
 _SPACE = b" \t\r\n"
 
 
-class _Blanks:
+class Blanks:
     """Keeps runs of whitespace between a buffer's tokens from growing it: a block of nothing but
     whitespace that comes while the buffer's text is outside a string adds at most one space (the same
     JSON: whitespace only separates tokens). A gzip of a few MB can hold GBs of whitespace between two
@@ -254,7 +254,7 @@ def _pieces(source: Iterator[bytes], doc: Document) -> Iterator[memoryview | Bat
     """The event list cut into pieces: the ``traceEvents`` list of an object document, or the document
     itself when it is a bare list of events (streamed alike: the same cuts, limits and guards)."""
     buf = bytearray()
-    blanks = _Blanks()  # whitespace between tokens never piles up: neither before the list nor in it
+    blanks = Blanks()  # whitespace between tokens never piles up: neither before the list nor in it
     bare, match = False, None
     for block in source:
         if not buf:  # whitespace before the document is dropped as it streams by, never held
