@@ -8,8 +8,10 @@ from __future__ import annotations
 import gzip
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
 import pytest
 from test_gaps_fast import reference_gaps
 from test_many_lanes import EVERY_US, KERNEL_AT, KERNEL_US, analysed
@@ -19,6 +21,7 @@ from stallscope.analyzer.core.model import TraceModel
 from stallscope.analyzer.graph.dependency import build_graph
 from stallscope.analyzer.graph.inputs import input_intervals, untraced_intervals
 from stallscope.analyzer.load.loader import load, load_file
+from stallscope.analyzer.passes import gaps
 from stallscope.analyzer.passes.gaps import MIN_GAP_US, Cause, device_gaps
 from stallscope.analyzer.passes.window import busy_by_device, busy_intervals, device_usage, find_window
 
@@ -156,3 +159,19 @@ def test_devices_without_work_or_a_launching_thread(tmp_path: Path) -> None:
         (1, 50.0, 110.0, Cause.HOST, "host busy in aten::mm (no device work followed)"),
     ]
     assert [(d.id, d.busy_us, d.idle_us) for d in a.devices] == [(0, 10.0, 100.0), (1, 10.0, 100.0)]
+
+
+def test_a_call_that_waited_on_two_devices_charges_each_its_own_budget() -> None:
+    # GIVEN one blocking call (it waited 100 µs) whose lead is on two devices, and three gaps of 40 µs on
+    # each device after what it waited for completed (at 10 µs)
+    call = 0
+    g = SimpleNamespace(call_awaited=np.array([10.0]))
+    shared = SimpleNamespace(leads={5: [call], 7: [call]}, waited=np.array([100.0]))
+    index = SimpleNamespace(devices=[5, 7])
+    leads = gaps._Leads(g, index, shared)  # type: ignore[arg-type]
+    dev = np.array([0, 0, 0, 1, 1, 1])
+    lo = np.array([20.0, 70.0, 120.0, 20.0, 70.0, 120.0])
+    # WHEN the gaps are charged THEN each device spends the call's 100 µs on its own gaps: 40, 40, 20
+    lead, charge = leads.charges(dev, lo, lo + 40.0)
+    assert lead.tolist() == [call] * 6
+    assert charge.tolist() == [40.0, 40.0, 20.0, 40.0, 40.0, 20.0]

@@ -207,17 +207,13 @@ def _idle_by_cause(idle: F64, causes: list[Cause]) -> dict[Cause, float]:
 
 
 class _DeviceIndex:
-    """The devices asked about (by position) and their activities in order of start."""
+    """The devices asked about (each once; by position) and their activities in order of start."""
 
     def __init__(self, g: Graph, devices: list[int]) -> None:
         self.devices = devices
-        position = {d: k for k, d in enumerate(devices)}
-        self.acts = np.concatenate(
-            [np.zeros(0, dtype=np.int64), *(g.device_acts(d) for d in devices)]
-        ).astype(np.int64)
-        lengths = [len(g.device_acts(d)) for d in devices]
-        self.act_group = np.repeat(np.arange(len(devices), dtype=np.int64), lengths)
-        assert len(position) == len(devices), "each device once"
+        acts = [g.device_acts(d) for d in devices]
+        self.acts = np.concatenate([np.zeros(0, dtype=np.int64), *acts]).astype(np.int64)
+        self.act_group = np.repeat(np.arange(len(devices), dtype=np.int64), [len(a) for a in acts])
         by_start = np.lexsort((g.act_start[self.acts], self.act_group))  # stable: activity order on a tie
         self.by_start, self.start_group = self.acts[by_start], self.act_group[by_start]
         self.starts = g.act_start[self.by_start]
@@ -225,11 +221,11 @@ class _DeviceIndex:
 
     def endings(self, dev: I64, gap_end: F64) -> I64:
         """The activity of its device that starts as each gap ends (-1: none does)."""
+        if not len(self.starts):
+            return np.full(len(gap_end), -1, dtype=np.int64)
         k = grouped.searchsorted(self.start_group, self.starts, dev, gap_end - 1e-6, side="left")
         end = self.at[1:][dev]
         at = np.minimum(k, np.maximum(end - 1, 0))
-        if not len(self.starts):
-            return np.full(len(gap_end), -1, dtype=np.int64)
         found = (k < end) & (self.starts[at] <= gap_end + 1e-6)
         return np.where(found, self.by_start[at], -1).astype(np.int64)
 
