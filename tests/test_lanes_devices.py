@@ -168,7 +168,7 @@ def test_a_call_that_waited_on_two_devices_charges_each_its_own_budget() -> None
     g = SimpleNamespace(call_awaited=np.array([10.0]))
     shared = SimpleNamespace(leads={5: [call], 7: [call]}, waited=np.array([100.0]))
     index = SimpleNamespace(devices=[5, 7])
-    leads = gaps._Leads(g, index, shared)  # type: ignore[arg-type]
+    leads = gaps._Leads(g, index, shared)
     dev = np.array([0, 0, 0, 1, 1, 1])
     lo = np.array([20.0, 70.0, 120.0, 20.0, 70.0, 120.0])
     # WHEN the gaps are charged THEN each device spends the call's 100 µs on its own gaps: 40, 40, 20

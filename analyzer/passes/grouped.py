@@ -39,12 +39,16 @@ def union(group: I64, starts: F64, ends: F64) -> tuple[I64, F64, F64]:
 def _running_max(group: I64, values: F64) -> F64:
     """``np.maximum.accumulate`` of ``values`` restarted at each group (rows sorted by group): on the
     values' ranks, lifted above every earlier group's, so that one accumulate never carries a maximum
-    over a group's start. The result is picked from ``values``, never computed."""
-    distinct, rank = np.unique(values, return_inverse=True)  # a NaN ranks last: the maximum, as there
-    rank = rank.reshape(-1).astype(np.int64)
-    lifted = group.astype(np.int64) * (len(distinct) + 1) + rank
-    top = np.maximum.accumulate(lifted) - group.astype(np.int64) * (len(distinct) + 1)
-    out: F64 = distinct[top]
+    over a group's start. The result is picked from ``values``, never computed, as ``maximum`` picks it:
+    of equal values (0.0 and -0.0 too) the later, of NaNs the first."""
+    n = len(values)
+    position = np.arange(n, dtype=np.int64)
+    order = np.lexsort((np.where(np.isnan(values), -position, position), values))  # NaNs last
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = position
+    lift = group.astype(np.int64) * (n + 1)
+    top = np.maximum.accumulate(lift + rank) - lift
+    out: F64 = values[order[top]]
     return out
 
 
