@@ -19,7 +19,7 @@ from stallscope.analyzer.graph.dependency import Graph, build_graph
 from stallscope.analyzer.graph.inputs import input_intervals, main_thread, untraced_intervals
 from stallscope.analyzer.load.sidecar import Sidecar
 from stallscope.analyzer.passes.critical import CriticalPath, critical_path
-from stallscope.analyzer.passes.gaps import Cause, Gap, find_gaps
+from stallscope.analyzer.passes.gaps import Cause, Gap, device_gaps
 from stallscope.analyzer.passes.pipeline import pipeline_model
 from stallscope.analyzer.passes.replay import Frame, Scenario, make_frame
 from stallscope.analyzer.passes.runtiming import run_timing
@@ -37,7 +37,7 @@ from stallscope.analyzer.passes.whatif import (
 from stallscope.analyzer.passes.window import (
     DeviceUsage,
     Window,
-    busy_intervals,
+    busy_by_device,
     device_usage,
     find_window,
     host_end,
@@ -45,6 +45,7 @@ from stallscope.analyzer.passes.window import (
     step_stats,
     summarize,
 )
+from stallscope.analyzer.passes.window import busy_intervals as busy_intervals  # read here by tests
 
 SCHEMA = "stallscope.analysis/3"
 
@@ -182,22 +183,17 @@ def _gaps(
     host_time: tuple[dict[int, tuple[F64, F64]], dict[int, tuple[F64, F64]]],
     min_gap_us: float,
 ) -> tuple[tuple[Gap, ...], dict[Cause, float], dict[int, float]]:
-    """Every device's gaps (``host_time``: each thread's data loading and untraced stretches); the idle
-    by cause and the bubble each blocking call left are the main device's (the summary's)."""
-    gaps: list[Gap] = []
-    idle: dict[Cause, float] = {c: 0.0 for c in Cause}
-    bubbles: dict[int, float] = {}
-    for d in devices:
-        busy = busy_intervals(model, d.id, window)
-        inputs, untraced = host_time
-        report = find_gaps(
-            model, graph, d.id, busy, window.start_us, window.end_us, inputs, min_gap_us, untraced
-        )
-        gaps.extend(report.gaps)
-        if d.id == main:
-            idle = report.idle_by_cause
-            bubbles = report.bubble_us
-    return tuple(gaps), idle, bubbles
+    """Every device's gaps (``host_time``: each thread's data loading and untraced stretches), judged
+    for all devices at once; the idle by cause and the bubble each blocking call left are the main
+    device's (the summary's)."""
+    ids = [d.id for d in devices]
+    inputs, untraced = host_time
+    busy = busy_by_device(model, ids, window)
+    found = device_gaps(model, graph, ids, busy, window.start_us, window.end_us, inputs, min_gap_us, untraced)
+    if main is None:
+        return found.gaps, {c: 0.0 for c in Cause}, {}
+    report = found.report(main)
+    return found.gaps, report.idle_by_cause, report.bubble_us
 
 
 def _what_if(

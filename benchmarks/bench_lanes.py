@@ -56,12 +56,22 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000,2000,4000,8000")
     parser.add_argument("--shapes", default=",".join(SHAPES))
     args = parser.parse_args()
+    shapes = args.shapes.split(",")
+    sizes = [int(s) for s in args.sizes.split(",")]
+    seconds: dict[tuple[str, int], float] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for shape in args.shapes.split(","):
-            for n in (int(s) for s in args.sizes.split(",")):
+        for shape in shapes:
+            for n in sizes:
                 path = Path(tmp) / f"{shape}_{n}.json"
                 path.write_text(json.dumps(lanes_trace(n, shape)))
-                print(f"{shape:8s} {n:6,d} lanes: {time_analysis(path):6.2f} s", flush=True)
+                seconds[shape, n] = time_analysis(path)
+                print(f"{shape:8s} {n:6,d} lanes: {seconds[shape, n]:6.2f} s", flush=True)
+    # the table: seconds per shape and size, and per 1,000 lanes (flat when the work is linear in lanes)
+    print("\n| lanes | " + " | ".join(f"{s} (s) | {s} per 1k lanes" for s in shapes) + " |")
+    print("|---:|" + "---:|---:|" * len(shapes))
+    for n in sizes:
+        cells = " | ".join(f"{seconds[s, n]:.2f} | {1000 * seconds[s, n] / n:.3f}" for s in shapes)
+        print(f"| {n:,d} | {cells} |")
 
 
 if __name__ == "__main__":

@@ -127,10 +127,11 @@ BOMBS = {  # where the nesting is: the event list itself, the whole document, on
     "list": [(b'{"traceEvents":[', 1), (b"[" * MB, 1024), (b"]" * MB, 1024), (b"]}", 1)],
     "document": [(b"[" * MB, 1024), (b"]" * MB, 1024)],
     "late event": [(EVENTS, 1), (b" " * MB, 20), (b'{"args":', 1), (b"[" * MB, 1024), (b"]" * MB, 1024)],
-    # the stream gives up (an event of the wrong type; a list without "traceEvents" past 64 MB): the
+    "late in a bare list": [(b"[", 1), (PAD, 10), (b"[" * MB, 1024), (b"]" * MB, 1024)],  # streamed alike
+    # the stream gives up (an event of the wrong type; an object without "traceEvents" past 64 MB): the
     # document is then decoded whole, once its depth has been read as it streams
     "after a bad event": [(EVENTS, 1), (b'{"ts":"x"},', 1), (PAD, 10), (b"[" * MB, 1024), (b"]" * MB, 1024)],
-    "late in a bare list": [(b"[", 1), (PAD, 70), (b"[" * MB, 1024), (b"]" * MB, 1024)],
+    "no event list near the start": [(b'{"other":[', 1), (PAD, 70), (b"[" * MB, 1024), (b"]" * MB, 1024)],
 }
 
 
@@ -228,6 +229,73 @@ def test_nesting_just_under_the_limit_is_not_a_bomb(tmp_path: Path) -> None:
     # WHEN analysed THEN it loads (500 deep is deep, not too deep) with its events
     assert main(["analyze", "--no-cache", "-q", str(trace), "--json", str(out)]) == 0
     assert json.loads(out.read_text())["summary"]["device_busy_us"] == 10.0
+
+
+VALID_EVENTS = [json.dumps(e).encode() for e in json.loads(VALID)["traceEvents"]]
+FIRST, REST = VALID_EVENTS[0], b",".join(VALID_EVENTS[1:])
+GIB_OF_SPACES = (b" " * MB, 1024)
+INSIDE = FIRST.index(b",") + 1  # after the first event's first key and value
+SPACED = {  # 1 GiB of whitespace in the middle of a document, where JSON allows it (between tokens)
+    "after a comma between events": [
+        (b'{"traceEvents":[' + FIRST + b",", 1),
+        GIB_OF_SPACES,
+        (REST + b"]}", 1),
+    ],
+    "before a comma between events": [
+        (b'{"traceEvents":[' + FIRST, 1),
+        GIB_OF_SPACES,
+        (b"," + REST + b"]}", 1),
+    ],
+    "inside an event": [
+        (b'{"traceEvents":[' + FIRST[:INSIDE], 1),
+        GIB_OF_SPACES,
+        (FIRST[INSIDE:] + b"," + REST + b"]}", 1),
+    ],
+    "after the event list": [(b'{"traceEvents":[' + FIRST + b"," + REST + b"]", 1), GIB_OF_SPACES, (b"}", 1)],
+    "before the event list": [
+        (b'{"schemaVersion":1,', 1),
+        GIB_OF_SPACES,
+        (b'"traceEvents":[' + FIRST + b"," + REST + b"]}", 1),
+    ],
+    "in a bare list": [(b"[" + FIRST + b",", 1), GIB_OF_SPACES, (REST + b"]", 1)],
+    # an event of the wrong type: the stream gives up and the document is decoded whole, read squeezed
+    "after an event the stream cannot read": [
+        (b'{"traceEvents":[{"ts":"x"},' + FIRST + b",", 1),
+        GIB_OF_SPACES,
+        (REST + b"]}", 1),
+    ],
+}
+
+
+@pytest.mark.parametrize("where", list(SPACED))
+def test_a_gib_of_whitespace_inside_the_document_is_analysed_in_bounded_memory(
+    tmp_path: Path, where: str
+) -> None:
+    # GIVEN ~1 MB of gzip holding a trace with 1 GiB of whitespace between two of its tokens
+    trace = repeated_gzip(tmp_path / "spaced.json.gz", SPACED[where])
+    assert trace.stat().st_size < 2 * MB
+    out = tmp_path / "a.json"
+    # WHEN analysed THEN it reads as the trace without the whitespace, which memory never held
+    code, err, rss = peak_rss_mb(["analyze", "--no-cache", "-q", str(trace), "--json", str(out)])
+    assert code == 0, err
+    assert json.loads(out.read_text())["summary"]["device_busy_us"] == 10.0
+    assert rss < 250, rss
+
+
+def test_a_bare_list_of_events_is_streamed_in_bounded_memory(tmp_path: Path) -> None:
+    # GIVEN a bare list (no "traceEvents" around it) of 150 MB of JSON: 3.9 million events of a phase
+    # stallscope does not read, then a kernel and its launch. Decoded whole it takes 570 MB (the text
+    # and a slice of it per event).
+    unread = b'{"ph":"q","name":"pad","pid":1,"tid":1},' * (MB // 40)
+    trace = repeated_gzip(
+        tmp_path / "bare.json.gz", [(b"[", 1), (unread, 150), (b",".join(VALID_EVENTS) + b"]", 1)]
+    )
+    out = tmp_path / "a.json"
+    # WHEN analysed THEN it streams as the wrapped form does: memory holds a batch of it at a time
+    code, err, rss = peak_rss_mb(["analyze", "--no-cache", "-q", str(trace), "--json", str(out)])
+    assert code == 0, err
+    assert json.loads(out.read_text())["summary"]["device_busy_us"] == 10.0
+    assert rss < 300, rss
 
 
 def test_millions_of_tiny_events_are_refused_by_count(tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from stallscope.analyzer.core.arrays import group_order
+from stallscope.analyzer.core.arrays import distinct, group_order
 from stallscope.analyzer.core.model import F64, I64
 
 DEFAULT_LATENCY_US = 5.0  # launch latency when none can be measured
@@ -44,17 +44,32 @@ class Latency:
 
 
 def launch_latency(observed: F64, free: npt.NDArray[np.bool_], device: I64) -> Latency:
-    """Typical and plausible launch latency per device, from launches onto an idle stream (``free``)."""
-    typical = np.full(len(observed), DEFAULT_LATENCY_US)
-    bound = np.full(len(observed), _MIN_BOUND_US)
+    """Typical and plausible launch latency per device, from launches onto an idle stream (``free``).
+    Every device at once (a trace can have thousands): the devices with as many launches to measure are
+    measured together, one row each (a row's percentile and median are those of its launches alone)."""
     order = group_order(device)  # each device's activities with one sort, not a scan per device
-    cuts = np.flatnonzero(np.diff(device[order])) + 1
-    for on in np.split(order, cuts):
-        sample = observed[on[free[on]]]
-        if len(sample):
-            p90 = float(np.percentile(sample, 90))
-            bound[on] = min(max(_MIN_BOUND_US, _BOUND_FACTOR * p90), MAX_BOUND_US)
-            typical[on] = min(float(np.median(sample)), float(bound[on][0]))  # one bound for every use
+    on = device[order]
+    new = np.ones(len(on), dtype=np.bool_)
+    new[1:] = on[1:] != on[:-1]
+    starts = np.flatnonzero(new)  # where each device's activities start in ``order``
+    sizes = np.diff(np.append(starts, len(on)))
+    measured = order[free[order]]  # each device's launches onto an idle stream, in activity order
+    first = np.searchsorted(device[measured], on[starts], side="left")
+    count = np.searchsorted(device[measured], on[starts], side="right") - first
+    p90, median = np.zeros(len(starts)), np.zeros(len(starts))
+    for n in distinct(count[count > 0]).tolist():
+        rows = np.flatnonzero(count == n)
+        sample = observed[measured[first[rows, None] + np.arange(n)]]
+        p90[rows] = np.percentile(sample, 90, axis=1)
+        median[rows] = np.median(sample, axis=1)
+    bounds, typicals = [], []
+    for n, p, m in zip(count.tolist(), p90.tolist(), median.tolist(), strict=True):
+        b = min(max(_MIN_BOUND_US, _BOUND_FACTOR * p), MAX_BOUND_US) if n else _MIN_BOUND_US
+        bounds.append(b)
+        typicals.append(min(m, b) if n else DEFAULT_LATENCY_US)  # one bound for every use
+    typical, bound = np.empty(len(observed)), np.empty(len(observed))
+    typical[order] = np.repeat(np.array(typicals, dtype=np.float64), sizes)
+    bound[order] = np.repeat(np.array(bounds, dtype=np.float64), sizes)
     return Latency(typical, bound)
 
 

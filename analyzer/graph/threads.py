@@ -150,10 +150,13 @@ class Threads:
         a = int(self._ends.searchsorted(lo - slack, side="left"))
         b = int(self._ends.searchsorted(hi, side="right"))
         ends, rank = self._ends[a:b][::-1], self._end_rank[a:b][::-1]
+        # a thread whose last end there is not ``span`` after its first event has no end that is: the
+        # ends are tested first (one pass), and only those that pass are sorted (a stretch as long as the
+        # trace, a thread's first call, can hold the ends of thousands of short-lived threads)
+        long = ends - self._first[rank] >= span - slack
+        ends, rank = ends[long], rank[long]
         threads, latest = np.unique(rank, return_index=True)  # each thread's last end by hi (ends ascend)
         at = ends[latest]
-        long = at - self._first[threads] >= span - slack
-        threads, at = threads[long], at[long]
         order = np.lexsort((threads, -at))
         return [self.scheduling[r] for r in threads[order].tolist()]
 

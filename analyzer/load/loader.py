@@ -25,6 +25,7 @@ from stallscope.analyzer.load.decode_pool import (
 from stallscope.analyzer.load.raw import BATCH_BYTES, TOO_DEEP, decode
 from stallscope.analyzer.load.sidecar import embedded_sidecar, read_sidecar
 from stallscope.analyzer.load.stream import (
+    Blanks,
     NotStreamable,
     OnlyWhitespace,
     TooDeep,
@@ -206,15 +207,18 @@ def _json_bytes(data: bytes, path: Path, limit: int) -> bytes:
             raise _too_large(path, limit)
         return data
     out = bytearray()
+    blanks = Blanks()  # GBs of whitespace between tokens (a few MB of gzip) are squeezed, never held
+    inflated = 0
     try:
         with gzip.GzipFile(fileobj=io.BytesIO(data)) as f:
-            while len(out) <= limit and (block := f.read(1 << 20)):  # inflated and counted as it goes
-                out += block
+            while inflated <= limit and (block := f.read(1 << 20)):  # inflated and counted as it goes
+                inflated += len(block)
+                blanks.add(out, block)
     except EOFError:
         raise TraceError(str(path), "truncated gzip file (compressed stream ends early)") from None
     except (OSError, zlib.error) as exc:
         raise TraceError(str(path), f"not a valid gzip file ({exc})") from None
-    if len(out) > limit:
+    if inflated > limit:
         raise _too_large(path, limit)
     return bytes(out)
 

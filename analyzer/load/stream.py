@@ -91,14 +91,27 @@ def check_depth(source: Iterator[bytes]) -> None:
     outside strings) passes the interpreter's recursion limit, which no decoder of it reaches (they give
     up at or before it). Memory holds one block: the guard before a document is decoded whole."""
     limit = sys.getrecursionlimit()
-    depth, in_string, escaped = 0, False, False  # the state where the previous block ended
+    text = _Text()
     for data in _slices(source, 1 << 20):  # a MB at a time: the arrays made of it are a few times that
+        if text.read(data) > limit:
+            raise TooDeep()
+
+
+class _Text:
+    """JSON text read block by block: whether it ends inside a string, and its nesting (brackets outside
+    strings), from the state where the previous block ended."""
+
+    def __init__(self) -> None:
+        self.depth, self.in_string, self.escaped = 0, False, False
+
+    def read(self, data: np.ndarray) -> int:
+        """Read the next block (bytes as ``uint8``); the deepest nesting inside it."""
         where = np.flatnonzero(_SPECIAL[data])
         chars = data[where]
         keep = np.ones(len(where), np.bool_)
-        if escaped and len(where) and where[0] == 0:
+        if self.escaped and len(where) and where[0] == 0:
             keep[0] = False  # the block starts with the character a backslash escaped
-        escaped = False
+        self.escaped = False
         slashes = np.flatnonzero(chars == ord("\\"))
         if len(slashes):  # rare in traces: each backslash not itself escaped escapes the next byte
             taken = set()
@@ -108,21 +121,57 @@ def check_depth(source: Iterator[bytes]) -> None:
                     continue
                 taken.add(pos)
                 if pos + 1 == len(data):
-                    escaped = True
+                    self.escaped = True
                 elif k + 1 < len(where) and where[k + 1] == pos + 1:
                     keep[k + 1] = False
             keep[slashes] = False
         where, chars = where[keep], chars[keep]
         quotes = chars == ord('"')
-        toggles = np.cumsum(quotes) + in_string  # odd: inside a string (a quote itself counts as inside)
+        toggles = np.cumsum(quotes) + self.in_string  # odd: inside a string (a quote itself counts as inside)
         outside = (toggles % 2 == 0) & ~quotes
         steps = _STEP[chars[outside]]
+        deepest = self.depth
         if len(steps):
-            levels = np.cumsum(steps) + depth
-            if int(levels.max()) > limit:
-                raise TooDeep()
-            depth = int(levels[-1])
-        in_string = bool(toggles[-1] % 2) if len(toggles) else in_string
+            levels = np.cumsum(steps) + self.depth
+            deepest = int(levels.max())
+            self.depth = int(levels[-1])
+        self.in_string = bool(toggles[-1] % 2) if len(toggles) else self.in_string
+        return deepest
+
+
+_SPACE = b" \t\r\n"
+
+
+class Blanks:
+    """Keeps runs of whitespace between a buffer's tokens from growing it: a block of nothing but
+    whitespace that comes while the buffer's text is outside a string adds at most one space (the same
+    JSON: whitespace only separates tokens). A gzip of a few MB can hold GBs of whitespace between two
+    events; memory holds one block of it. The text is read (``_Text``) only when such a block comes, from
+    where it was last read: once over the buffer in all, however many blocks of whitespace follow."""
+
+    def __init__(self) -> None:
+        self.restart()
+
+    def restart(self) -> None:
+        """The buffer now starts outside any string (at a cut between events, or the document's start)."""
+        self.text, self.read_to = _Text(), 0
+
+    def add(self, buffer: bytearray, block: bytes) -> None:
+        """``buffer += block``, the block squeezed to at most one space when it is all whitespace outside
+        a string."""
+        # isspace stops at the first other byte (it also takes \v and \f, which JSON does not)
+        if not block.isspace() or block.strip(_SPACE):
+            buffer += block
+            return
+        for start in range(self.read_to, len(buffer), 1 << 20):
+            self.text.read(np.frombuffer(buffer, np.uint8, min(1 << 20, len(buffer) - start), start))
+        self.read_to = len(buffer)
+        if self.text.in_string:
+            buffer += block
+            self.read_to = len(buffer)  # whitespace inside a string: no quote to read
+        elif not buffer or buffer[-1] not in _SPACE:
+            buffer += b" "
+            self.read_to = len(buffer)
 
 
 def _slices(source: Iterator[bytes], size: int) -> Iterator[np.ndarray]:
@@ -202,14 +251,21 @@ def decode_batch(text: bytes | memoryview, counters: bool = True) -> Batch:
 
 
 def _pieces(source: Iterator[bytes], doc: Document) -> Iterator[memoryview | Batch]:
-    buf = b""
+    """The event list cut into pieces: the ``traceEvents`` list of an object document, or the document
+    itself when it is a bare list of events (streamed alike: the same cuts, limits and guards)."""
+    buf = bytearray()
+    blanks = Blanks()  # whitespace between tokens never piles up: neither before the list nor in it
+    bare, match = False, None
     for block in source:
         if not buf:  # whitespace before the document is dropped as it streams by, never held
             block = block.lstrip()
             if not block:
                 continue
+            bare = block[:1] == b"["
         probe = not buf  # the first block, and the last before giving up, are probed for a nesting bomb
-        buf += block
+        blanks.add(buf, block)
+        if bare:
+            break
         match = _KEY.search(buf)
         if match:
             break
@@ -220,17 +276,22 @@ def _pieces(source: Iterator[bytes], doc: Document) -> Iterator[memoryview | Bat
                 raise NotStreamable("no traceEvents list near the start")
     else:
         raise NotStreamable("no traceEvents list") if buf else OnlyWhitespace()
-    head = buf[: match.end() - 1]
-    pending = bytearray(buf[match.end() - 1 :])  # starts with the list's '['
+    if match is None:  # a bare list
+        head, pending = None, buf  # starts with the list's '['
+    else:
+        head = bytes(buf[: match.end() - 1])
+        pending = buf[match.end() - 1 :]  # starts with the list's '['
     del buf
+    blanks.restart()
     uncut = BATCH_BYTES  # when ``pending`` grows this large without a cut, it is probed for depth
     for block in source:
-        pending += block
+        blanks.add(pending, block)
         if len(pending) < BATCH_BYTES:
             continue
         cut = _last_cut(pending)
         if cut > 0:
             yield from _prefix(pending, cut)
+            blanks.restart()
             uncut = BATCH_BYTES
         elif len(pending) >= uncut:  # no event ends: one huge event, or a nesting bomb held as it grows
             if too_deep(pending):
@@ -241,7 +302,11 @@ def _pieces(source: Iterator[bytes], doc: Document) -> Iterator[memoryview | Bat
         yield from _prefix(pending, cut)
     last, rest = _finish(pending, doc)
     yield last
-    _top_level(head, rest, doc)
+    if head is None:  # a bare list: nothing may follow it, and there are no top-level facts
+        if rest.strip():
+            raise NotStreamable("text after the event list")
+    else:
+        _top_level(head, rest, doc)
 
 
 def _last_cut(text: bytearray) -> int:

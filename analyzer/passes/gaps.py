@@ -28,7 +28,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from itertools import repeat
 from typing import NamedTuple
 
 import numpy as np
@@ -41,6 +40,7 @@ from stallscope.analyzer.core.names import ApiKind, EventKind, is_collective
 from stallscope.analyzer.core.numbers import duration_text
 from stallscope.analyzer.core.sites import CallSite, call_sites
 from stallscope.analyzer.graph.dependency import Graph, per_call
+from stallscope.analyzer.passes import grouped
 
 MIN_GAP_US = 20.0
 _BOUND_US = 2.0  # an event that completed this close to a gap's end is what the gap waited for
@@ -92,21 +92,67 @@ def find_gaps(
     min_gap_us: float = MIN_GAP_US,
     untraced_by_lane: dict[int, tuple[F64, F64]] | None = None,
 ) -> GapReport:
-    """Gaps of ``device`` (busy: its disjoint busy intervals inside the window) with causes and bubbles.
+    """Gaps of ``device`` (busy: its disjoint busy intervals inside the window) with causes and bubbles
+    (``device_gaps`` of this one device)."""
+    at = np.array([0, len(busy[0])], dtype=np.int64)
+    found = device_gaps(
+        model, g, [device], (at, *busy), start_us, end_us, input_by_lane, min_gap_us, untraced_by_lane
+    )
+    return found.report(device)
+
+
+@dataclass(frozen=True)
+class DeviceGaps:
+    """The gaps of several devices (each device's in time order, the devices in the order asked), and the
+    columns each device's report is made of."""
+
+    gaps: tuple[Gap, ...]
+    devices: list[int]
+    at: I64  # device k's gaps are gaps[at[k] : at[k + 1]]
+    lead: I64  # per gap: the blocking call whose lead it is in (-1: none)
+    charge: F64  # per gap: the µs charged to it
+    idle: F64  # per gap: its length
+    causes: list[Cause]
+
+    def report(self, device: int) -> GapReport:
+        """One device's gaps, the idle each sync's lead charged (its bubble) and its idle by cause."""
+        if device not in self.devices:
+            return GapReport((), {}, _idle_by_cause(np.zeros(0), []))
+        k = self.devices.index(device)
+        a, b = int(self.at[k]), int(self.at[k + 1])
+        bubbles: dict[int, float] = {}
+        for blocking, charged in zip(self.lead[a:b].tolist(), self.charge[a:b].tolist(), strict=True):
+            if blocking >= 0:
+                bubbles[blocking] = bubbles.get(blocking, 0.0) + charged
+        return GapReport(self.gaps[a:b], bubbles, _idle_by_cause(self.idle[a:b], self.causes[a:b]))
+
+
+def device_gaps(
+    model: TraceModel,
+    g: Graph,
+    devices: list[int],
+    busy: tuple[I64, F64, F64],
+    start_us: float,
+    end_us: float,
+    input_by_lane: dict[int, tuple[F64, F64]],
+    min_gap_us: float = MIN_GAP_US,
+    untraced_by_lane: dict[int, tuple[F64, F64]] | None = None,
+) -> DeviceGaps:
+    """Gaps of each of ``devices`` with causes and bubbles (busy: ``window.busy_by_device``'s offsets,
+    starts and ends of each device's disjoint busy intervals inside the window).
 
     A sync's lead explains a gap's first ``charge`` µs; the rest is judged by the other rules, and the
     cause that explains more of the gap is the one reported (the sync keeps its charge either way). The
-    rules' inputs are columns over all gaps (a trace can have tens of thousands); one loop writes them."""
-    bs, be = busy
-    lo = np.concatenate([[start_us], be])
-    hi = np.concatenate([bs, [end_us]])
+    rules' inputs are columns over all gaps of all devices (a trace can have tens of thousands of gaps,
+    or thousands of devices); one loop writes them."""
+    lo, hi, dev = _idle_spans(busy, len(devices), start_us, end_us)
     keep = (hi - lo) >= min_gap_us
-    lo, hi = lo[keep], hi[keep]
+    lo, hi, dev = lo[keep], hi[keep], dev[keep]
     shared = _Shared.of(model, g)
-    leads = _Leads(g, device, shared)
-    lead, charge = leads.charges(lo, hi)
-    host_time = _HostTime(model, g, device, input_by_lane, untraced_by_lane or {}, shared)
-    rest = _rest(g, lo + charge, hi, _endings(g, device, hi), host_time)
+    index = _DeviceIndex(g, devices)
+    lead, charge = _Leads(g, index, shared).charges(dev, lo, hi)
+    host_time = _HostTime(model, g, index, input_by_lane, untraced_by_lane or {}, shared)
+    rest = _rest(g, lo + charge, hi, index.endings(dev, hi), host_time.driver[dev], host_time)
     causes, details = _causes_after_sync(model, g, rest, shared)
     # the launching line is where to look unless the activity waited for something else
     located = np.array([c is not Cause.DEPENDENCY for c in causes], dtype=np.bool_)
@@ -114,23 +160,40 @@ def find_gaps(
     sites = call_sites(model, np.where(launched & located, rest.launch, -1))
     synced = np.flatnonzero((lead >= 0) & (charge >= rest.share))
     sync_sites = dict(zip(synced.tolist(), call_sites(model, g.call_event[lead[synced]]), strict=True))
-    bubbles: dict[int, float] = {}
     for i in np.flatnonzero(lead >= 0).tolist():  # the gaps a sync's lead explains, whole or in part
         blocking, charged = int(lead[i]), float(charge[i])
         if i in sync_sites:
             e = int(g.call_event[blocking])
-            detail = (
-                f"{model.name_of(e)} blocked the host {duration_text(leads.waited[blocking])}{_op(model, e)}"
-            )
+            waited = float(shared.waited[blocking])
+            detail = f"{model.name_of(e)} blocked the host {duration_text(waited)}{_op(model, e)}"
             if charged < float(hi[i]) - float(lo[i]) - 1e-6:
                 detail += f" (explains {duration_text(charged)} of the gap; the rest: {causes[i].value})"
             causes[i], details[i], sites[i] = Cause.SYNC, detail, sync_sites[i]
         else:
             details[i] += f" (a sync's lead explains the first {duration_text(charged)})"
-        bubbles[blocking] = bubbles.get(blocking, 0.0) + charged
-    columns = (lo.tolist(), hi.tolist(), causes, details, sites, lead.tolist(), charge.tolist())
-    gaps = tuple(map(Gap, repeat(device), *columns))
-    return GapReport(gaps, bubbles, _idle_by_cause(hi - lo, causes))
+    ids = np.asarray(devices, dtype=np.int64)[dev].tolist()
+    columns = (ids, lo.tolist(), hi.tolist(), causes, details, sites, lead.tolist(), charge.tolist())
+    gaps = tuple(map(Gap, *columns))
+    at = grouped.bounds(dev, len(devices))
+    return DeviceGaps(gaps, list(devices), at, lead, charge, hi - lo, causes)
+
+
+def _idle_spans(
+    busy: tuple[I64, F64, F64], devices: int, start_us: float, end_us: float
+) -> tuple[F64, F64, I64]:
+    """Each device's idle spans inside the window (before its first busy interval, between two, after its
+    last; empty ones too), in order, and the device (its position) of each."""
+    at, bs, be = busy
+    count = np.diff(at) + 1  # a device's spans: one more than its busy intervals
+    dev = np.repeat(np.arange(devices, dtype=np.int64), count)
+    first = np.zeros(len(dev), dtype=np.bool_)
+    first[at[:-1] + np.arange(devices)] = True
+    last = np.zeros(len(dev), dtype=np.bool_)
+    last[at[1:] + np.arange(devices)] = True
+    lo, hi = np.empty(len(dev)), np.empty(len(dev))
+    lo[first], lo[~first] = start_us, be
+    hi[last], hi[~last] = end_us, bs
+    return lo, hi, dev
 
 
 def _idle_by_cause(idle: F64, causes: list[Cause]) -> dict[Cause, float]:
@@ -143,40 +206,59 @@ def _idle_by_cause(idle: F64, causes: list[Cause]) -> dict[Cause, float]:
     return {cause: float(totals[cause][-1]) if cause in totals else 0.0 for cause in code}
 
 
-def _endings(g: Graph, device: int, gap_end: F64) -> I64:
-    """The activity of ``device`` that starts as each gap ends (-1: none does)."""
-    mine = g.device_acts(device)
-    if not len(mine):
-        return np.full(len(gap_end), -1, dtype=np.int64)
-    order = mine[np.argsort(g.act_start[mine], kind="stable")]
-    starts = g.act_start[order]
-    k = starts.searchsorted(gap_end - 1e-6, side="left")
-    at = np.minimum(k, len(order) - 1)
-    return np.where((k < len(order)) & (starts[at] <= gap_end + 1e-6), order[at], -1).astype(np.int64)
+class _DeviceIndex:
+    """The devices asked about (each once; by position) and their activities in order of start."""
+
+    def __init__(self, g: Graph, devices: list[int]) -> None:
+        self.devices = devices
+        acts = [g.device_acts(d) for d in devices]
+        self.acts = np.concatenate([np.zeros(0, dtype=np.int64), *acts]).astype(np.int64)
+        self.act_group = np.repeat(np.arange(len(devices), dtype=np.int64), [len(a) for a in acts])
+        by_start = np.lexsort((g.act_start[self.acts], self.act_group))  # stable: activity order on a tie
+        self.by_start, self.start_group = self.acts[by_start], self.act_group[by_start]
+        self.starts = g.act_start[self.by_start]
+        self.at = grouped.bounds(self.start_group, len(devices))
+
+    def endings(self, dev: I64, gap_end: F64) -> I64:
+        """The activity of its device that starts as each gap ends (-1: none does)."""
+        if not len(self.starts):
+            return np.full(len(gap_end), -1, dtype=np.int64)
+        k = grouped.searchsorted(self.start_group, self.starts, dev, gap_end - 1e-6, side="left")
+        end = self.at[1:][dev]
+        at = np.minimum(k, np.maximum(end - 1, 0))
+        found = (k < end) & (self.starts[at] <= gap_end + 1e-6)
+        return np.where(found, self.by_start[at], -1).astype(np.int64)
 
 
 class _Leads:
-    """Blocking calls that waited for this device's work, in order of the completion they waited for."""
+    """Blocking calls that waited for each device's work, in order of the completion they waited for."""
 
-    def __init__(self, g: Graph, device: int, shared: _Shared) -> None:
-        self.calls = shared.leads.get(device, [])
-        self.done = g.call_awaited[np.array(self.calls, dtype=np.int64)]
-        self.waited = {c: float(shared.waited[c]) for c in self.calls}
+    def __init__(self, g: Graph, index: _DeviceIndex, shared: _Shared) -> None:
+        calls = [shared.leads.get(d, []) for d in index.devices]
+        self.calls = np.array([c for mine in calls for c in mine], dtype=np.int64)
+        self.group = np.repeat(np.arange(len(calls), dtype=np.int64), [len(mine) for mine in calls])
+        self.done = g.call_awaited[self.calls]
+        self.first = grouped.bounds(self.group, len(calls))
+        self.waited = shared.waited
 
-    def charges(self, lo: F64, hi: F64) -> tuple[I64, F64]:
-        """Per gap (in time order): the call whose lead it is in and the µs charged to that call (-1 and
-        0.0: none). The lead is the latest call whose awaited completion came at or before the gap's
-        start; the gaps in its lead spend its budget (the time it blocked) in turn, until none is left."""
-        at = np.searchsorted(self.done, lo + 1e-6, side="right") - 1
+    def charges(self, dev: I64, lo: F64, hi: F64) -> tuple[I64, F64]:
+        """Per gap (each device's in time order): the call whose lead it is in and the µs charged to that
+        call (-1 and 0.0: none). The lead is the latest call whose awaited completion came at or before
+        the gap's start; the gaps of a device in its lead spend its budget (the time it blocked) in turn,
+        until none is left (each device has its own budget of each call)."""
         lead = np.full(len(lo), -1, dtype=np.int64)
         charge = np.zeros(len(lo))
-        budget = dict(self.waited)
-        led = np.flatnonzero(at >= 0)
-        for i, k, idle in zip(led.tolist(), at[led].tolist(), (hi - lo)[led].tolist(), strict=True):
-            call = self.calls[k]
-            if budget[call] > 0:
-                charged = min(idle, budget[call])
-                budget[call] -= charged
+        if not len(self.calls):
+            return lead, charge
+        at = grouped.searchsorted(self.group, self.done, dev, lo + 1e-6, side="right") - 1
+        led = np.flatnonzero(at >= self.first[dev])
+        budget: dict[tuple[int, int], float] = {}
+        columns = (led.tolist(), dev[led].tolist(), self.calls[at[led]].tolist(), (hi - lo)[led].tolist())
+        for i, k, call, idle in zip(*columns, strict=True):
+            left = budget.get((k, call), float(self.waited[call]))
+            if left > 0:
+                charged = min(idle, left)
+                budget[k, call] = left - charged
                 lead[i], charge[i] = call, charged
         return lead, charge
 
@@ -188,36 +270,62 @@ _WORK_KINDS = (EventKind.CPU_OP, EventKind.ANNOTATION, EventKind.PYTHON, EventKi
 
 class _HostTime:
     """What the host threads did, as the gap rules read it: each thread's data loading and untraced
-    stretches, and the device's driving thread (the one that launched most of its work, else the one
-    that issued most calls) with the time its own events cover."""
+    stretches, and each device's driving thread (the one that launched most of its work, the first of
+    them on a tie, else the one that issued most calls; -1: none) with the time its own events cover."""
 
     def __init__(
         self,
         model: TraceModel,
         g: Graph,
-        device: int,
+        index: _DeviceIndex,
         inputs: dict[int, tuple[F64, F64]],
         untraced: dict[int, tuple[F64, F64]],
         shared: _Shared,
     ) -> None:
         self.inputs, self.untraced = inputs, untraced
-        acts = g.device_acts(device)
-        mine = acts[g.act_call[acts] >= 0]
-        lanes = per_call(g.call_lane, g.act_call[mine]) if len(mine) else g.call_lane
-        self.driver = int(np.bincount(lanes).argmax()) if len(lanes) else -1
-        self.driver_work = shared.work_of(self.driver)
+        self.driver = _drivers(g, index)
+        self.driver_work = {lane: shared.work_of(lane) for lane in distinct(self.driver).tolist()}
         self.any_work = shared.any_work  # every thread's (after the last work)
 
     def share_of(self, parts: dict[int, tuple[F64, F64]], lane: I64, lo: F64, hi: F64, rows: Mask) -> F64:
         """Per gap of ``rows``, the part of ``[lo, hi]`` its thread ``lane`` spent in ``parts`` (0 for the
         other gaps)."""
         out = np.zeros(len(hi))
-        for thread in distinct(lane[rows]).tolist():
-            s, e = parts.get(thread, intervals.NONE)
+        for at in _by_lane(lane, rows):
+            s, e = parts.get(int(lane[at[0]]), intervals.NONE)
             if len(s):
-                at = np.flatnonzero(rows & (lane == thread))
                 out[at] = intervals.covered_in(s, e, lo[at], hi[at])
         return out
+
+
+def _by_lane(lane: I64, rows: Mask) -> list[I64]:
+    """The rows (positions, in order) of each thread of ``lane[rows]``, by thread: one sort, not a scan
+    of every row per thread (the gaps of thousands of devices can have thousands of threads)."""
+    chosen = np.flatnonzero(rows)
+    if not len(chosen):
+        return []
+    chosen = chosen[group_order(lane[chosen])]
+    threads = lane[chosen]
+    return np.split(chosen, np.flatnonzero(threads[1:] != threads[:-1]) + 1)
+
+
+def _drivers(g: Graph, index: _DeviceIndex) -> I64:
+    """Per device of ``index``, its driving thread (``_HostTime``)."""
+    devices = len(index.devices)
+    fallback = int(np.bincount(g.call_lane).argmax()) if g.calls else -1
+    driver = np.full(devices, fallback, dtype=np.int64)
+    linked = g.act_call[index.acts] >= 0
+    if not linked.any():
+        return driver
+    lanes = np.asarray(per_call(g.call_lane, g.act_call[index.acts[linked]]), dtype=np.int64)
+    group = index.act_group[linked]
+    width = int(lanes.max()) + 1
+    pairs, count = np.unique(group * width + lanes, return_counts=True)
+    group, lanes = pairs // width, pairs % width
+    best = np.lexsort((lanes, -count, group))  # each device's most launches first, the lowest thread on a tie
+    firsts = best[np.r_[True, group[best][1:] != group[best][:-1]]]
+    driver[group[firsts]] = lanes[firsts]
+    return driver
 
 
 @dataclass(frozen=True)
@@ -236,7 +344,7 @@ class _Rest:
     delay: F64  # from the launch's issue to the gap's end
 
 
-def _rest(g: Graph, r0: F64, g1: F64, ending: I64, host: _HostTime) -> _Rest:
+def _rest(g: Graph, r0: F64, g1: F64, ending: I64, driver: I64, host: _HostTime) -> _Rest:
     """The rule after sync for each gap's part ``[r0, g1]``, tried in order: no launch call (the device's
     driving thread busy with its own events for at least half of it, else unknown), the thread was
     loading data for at least half of it (input), the activity waited for another stream's work that
@@ -270,13 +378,14 @@ def _rest(g: Graph, r0: F64, g1: F64, ending: I64, host: _HostTime) -> _Rest:
     rule[loading] = _INPUT
     unlinked = (call < 0) & (share > 0)  # no launch call in the trace, or no work followed at all
     rule[call < 0] = _NO_CALL
-    if unlinked.any() and host.driver >= 0:
-        driven = np.full(len(g1), host.driver, dtype=np.int64)
-        busy = host.share_of({host.driver: host.driver_work}, driven, r0, g1, unlinked) >= 0.5 * share
+    unlinked &= driver >= 0  # (driver: per gap, its device's driving thread)
+    if unlinked.any():
+        busy = host.share_of(host.driver_work, driver, r0, g1, unlinked) >= 0.5 * share
         tail = unlinked & (ending < 0) & ~busy  # nothing followed: any thread still working
-        busy |= host.share_of({host.driver: host.any_work}, driven, r0, g1, tail) >= 0.5 * share
+        anyone = dict.fromkeys(host.driver_work, host.any_work)
+        busy |= host.share_of(anyone, driver, r0, g1, tail) >= 0.5 * share
         rule[unlinked & busy] = _DRIVER_BUSY
-        lane = np.where(unlinked & busy, host.driver, lane)
+        lane = np.where(unlinked & busy, driver, lane)
     launch = np.asarray(per_call(g.call_event, call), dtype=np.int64)
     return _Rest(r0, g1, share, rule.astype(np.int8), ending, lane, launch, waited_for, delay)
 
@@ -467,11 +576,11 @@ class _HostWork:
         their last few ops: where the latest end among the others is no later than the gap's start (none
         of them can overlap it), only the last ``_NARROW`` are compared."""
         names = [""] * len(g1)
-        for lane in distinct(lanes[rows]).tolist():
+        for mine in _by_lane(lanes, rows):
+            lane = int(lanes[mine[0]])
             found = self.by_lane.get(lane)
             if found is None:
                 continue
-            mine = np.flatnonzero(rows & (lanes == lane))
             before = found[1][self._SCAN :].searchsorted(g1[mine], side="left")  # row k: ops k .. k+_SCAN-1
             last = min(self._NARROW, self._SCAN)
             others_end = self._others_end(lane, found[2], self._SCAN - last)[before]

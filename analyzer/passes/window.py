@@ -7,12 +7,12 @@ from dataclasses import dataclass
 from enum import Enum
 
 import numpy as np
-import numpy.typing as npt
 
 from stallscope.analyzer.core import intervals
-from stallscope.analyzer.core.model import F64, TraceModel
+from stallscope.analyzer.core.model import F64, I64, TraceModel
 from stallscope.analyzer.core.names import EventKind, collective_strings
 from stallscope.analyzer.graph.dependency import Blocking, Graph
+from stallscope.analyzer.passes import grouped
 
 
 class WindowBasis(str, Enum):
@@ -101,43 +101,78 @@ def busy_intervals(
     return intervals.clip(s, e, window.start_us, window.end_us)
 
 
+def busy_by_device(
+    model: TraceModel, devices: list[int], window: Window, without_collectives: bool = False
+) -> tuple[I64, F64, F64]:
+    """``busy_intervals`` of each of ``devices`` at once: the offsets of each device's intervals (device
+    ``k`` of the list has ``s[at[k] : at[k + 1]]``) and their starts and ends."""
+    ev = model.events
+    on, group = _activities_of(model, devices)
+    if without_collectives:
+        keep = ~(collective_strings(model.strings, ev.name[on]) & (ev.kind[on] == EventKind.KERNEL))
+        on, group = on[keep], group[keep]
+    return _clipped_union(ev.ts, ev.end, on, group, len(devices), window)
+
+
+def _activities_of(model: TraceModel, devices: list[int]) -> tuple[I64, I64]:
+    """The activities of each of ``devices`` (in event order within each) and the device's position."""
+    mine = [model.device_activities(d) for d in devices]
+    lengths = np.array([len(m) for m in mine], dtype=np.int64)
+    on = np.concatenate(mine) if mine else np.zeros(0, dtype=np.int64)
+    return on.astype(np.int64), np.repeat(np.arange(len(devices), dtype=np.int64), lengths)
+
+
+def _clipped_union(
+    ts: F64, end: F64, events: I64, group: I64, groups: int, window: Window
+) -> tuple[I64, F64, F64]:
+    """The union of each group's ``events`` clipped to the window, as ``busy_by_device`` gives it."""
+    g, s, e = grouped.union(group, ts[events], end[events])
+    s, e = np.maximum(s, window.start_us), np.minimum(e, window.end_us)
+    keep = e > s
+    return grouped.bounds(g[keep], groups), s[keep], e[keep]
+
+
+def _totals(at: I64, s: F64, e: F64) -> list[float]:
+    """``intervals.total`` of each group's intervals (each summed on its own: the same float)."""
+    length = e - s
+    return [
+        float(np.sum(length[a:b])) if b > a else 0.0
+        for a, b in zip(at[:-1].tolist(), at[1:].tolist(), strict=True)
+    ]
+
+
 def device_usage(model: TraceModel, window: Window) -> tuple[DeviceUsage, ...]:
+    """Each device's busy and idle time in the window, split by what ran (every device at once: a trace
+    can have thousands)."""
     ev = model.events
     act = ev.activity_mask()
     inside = act & (ev.end > window.start_us) & (ev.ts < window.end_us)
     kernel = ev.is_kind(EventKind.KERNEL)
     comm = np.zeros(len(ev), dtype=np.bool_)
     comm[kernel] = collective_strings(model.strings, ev.name[kernel])
-    out = []
-    for d in model.devices:
-        mine = model.device_activities(d.id)  # indices: no scan of every event per device
-        s, e = busy_intervals(model, d.id, window)
-        busy = intervals.total(s, e)
-        count = int(np.count_nonzero(inside[mine]))
-        kernels_on = mine[kernel[mine]]
-        compute = _covered(ev.ts, ev.end, kernels_on[~comm[kernels_on]], window)
-        kernels = _covered(ev.ts, ev.end, kernels_on, window)
-        dur = window.dur_us
-        out.append(
-            DeviceUsage(
-                d.id,
-                d.name,
-                busy,
-                max(dur - busy, 0.0),
-                busy / dur if dur > 0 else 0.0,
-                count,
-                compute_us=compute,
-                communication_us=max(kernels - compute, 0.0),
-                copy_us=max(busy - kernels, 0.0),
-            )
+    ids = [d.id for d in model.devices]
+    on, group = _activities_of(model, ids)
+    counts = np.bincount(group[inside[on]], minlength=len(ids)).tolist()
+    busy = _totals(*_clipped_union(ev.ts, ev.end, on, group, len(ids), window))
+    kernels_on = kernel[on]
+    kernels = _totals(*_clipped_union(ev.ts, ev.end, on[kernels_on], group[kernels_on], len(ids), window))
+    computing = kernels_on & ~comm[on]
+    compute = _totals(*_clipped_union(ev.ts, ev.end, on[computing], group[computing], len(ids), window))
+    dur = window.dur_us
+    return tuple(
+        DeviceUsage(
+            d.id,
+            d.name,
+            busy[k],
+            max(dur - busy[k], 0.0),
+            busy[k] / dur if dur > 0 else 0.0,
+            counts[k],
+            compute_us=compute[k],
+            communication_us=max(kernels[k] - compute[k], 0.0),
+            copy_us=max(busy[k] - kernels[k], 0.0),
         )
-    return tuple(out)
-
-
-def _covered(ts: F64, end: F64, events: npt.NDArray[np.int64], window: Window) -> float:
-    """Time the ``events`` (indices) cover (their union) inside the window."""
-    s, e = intervals.union(ts[events], end[events])
-    return intervals.total(*intervals.clip(s, e, window.start_us, window.end_us))
+        for k, d in enumerate(model.devices)
+    )
 
 
 def host_end(model: TraceModel, lane: int, window: Window) -> float:
