@@ -4,7 +4,10 @@ capture``), on the example workloads (``examples/*.py``).
     python benchmarks/bench_ondemand.py [--steps 300] [--runs 5] [--example item_logging ...]
 
 Each example's step loop (``for _step in range(15):``) is made ``--steps`` long and timed from inside
-the program: the time of every iteration after the first 10 (warm-up), summed. The same program text
+the program: the time of every iteration after the first 10 (warm-up), summed, as the process' CPU time
+(all its threads: the control thread's polling counts; another process on the machine does not) and as
+wall time. torch runs one intra-op thread (``OMP_NUM_THREADS=1``) in every configuration, so that its
+idle threads' spinning does not blur the CPU time. The same program text
 runs in three configurations, one fresh process each, in an order that rotates from run to run so that
 the runs a ratio compares are seconds apart:
 
@@ -14,10 +17,10 @@ the runs a ratio compares are seconds apart:
 - ``captured``: the same, with one ``stallscope capture PID`` (5 steps, the run's defaults) asked from this
   script once the program has made a third of its steps.
 
-Printed: per example the median steady-state time of each configuration, the ratio waiting / bare (the
-target is within 2%: 1.02) with its spread over runs, and for the capture its wall time from the request
-to the bundle, the bundle's size, and what it cost the program (captured − waiting, the program's own
-time).
+Printed: per example the median steady-state CPU time of each configuration, the ratio waiting / bare
+(the target is within 2%: 1.02) with its spread over runs, the same ratio in wall time, and for the
+capture its wall time from the request to the bundle, the bundle's size, and what it cost the program
+(captured − waiting, CPU time).
 """
 
 from __future__ import annotations
@@ -43,11 +46,11 @@ import time as _time
 def _bench_steps(n, _out=_os.environ["BENCH_OUT"]):
     marks = []
     for i in range(n):
-        marks.append(_time.perf_counter())
+        marks.append((_time.process_time(), _time.perf_counter()))
         yield i
-    marks.append(_time.perf_counter())
+    marks.append((_time.process_time(), _time.perf_counter()))
     with open(_out, "w") as f:
-        f.write(repr(marks[-1] - marks[10]))
+        f.write(repr((marks[-1][0] - marks[10][0], marks[-1][1] - marks[10][1])))
 
 
 """
@@ -65,13 +68,22 @@ def program(example: Path, steps: int, folder: Path) -> Path | None:
     return path
 
 
-def run(kind: str, prog: Path, folder: Path, steps: int) -> tuple[float, float | None, int | None]:
-    """(steady-state seconds of the program's steps, the capture's wall seconds, the bundle's bytes)."""
+def run(
+    kind: str, prog: Path, folder: Path, steps: int
+) -> tuple[tuple[float, float], float | None, int | None]:
+    """((CPU, wall) seconds of the program's steady-state steps, the capture's wall seconds, the bundle's
+    bytes)."""
     out = folder / f"{kind}.time"
     out.unlink(missing_ok=True)
     runtime = folder / "runtime"
     runtime.mkdir(mode=0o700, exist_ok=True)
-    env = {**os.environ, "BENCH_OUT": str(out), "PYTHONPATH": str(ROOT), "XDG_RUNTIME_DIR": str(runtime)}
+    env = {
+        **os.environ,
+        "BENCH_OUT": str(out),
+        "PYTHONPATH": str(ROOT),
+        "XDG_RUNTIME_DIR": str(runtime),
+        "OMP_NUM_THREADS": "1",
+    }
     cmd = [sys.executable, str(prog)]
     if kind != "bare":
         run_dir = folder / f"run-{kind}-{time.monotonic_ns()}"
@@ -85,7 +97,8 @@ def run(kind: str, prog: Path, folder: Path, steps: int) -> tuple[float, float |
     _, err = proc.communicate(timeout=600)
     if proc.returncode != 0 or not out.exists():
         raise SystemExit(f"{kind} {prog.name}: exit {proc.returncode}\n{err[-2000:]}")
-    return float(out.read_text()), took, size
+    cpu, wall = (float(x) for x in out.read_text().strip("()").split(","))
+    return (cpu, wall), took, size
 
 
 def _capture_once(proc: subprocess.Popen[str], runtime: Path, steps: int) -> tuple[float, int]:
@@ -126,29 +139,33 @@ def main() -> None:
     )
     print()
     print(
-        "| example | bare | waiting | waiting / bare [min, max] | captured | capture wall | bundle | capture cost |"
+        "| example | bare (CPU) | waiting | waiting / bare [min, max] | wall: waiting / bare | captured | "
+        "capture wall | bundle | capture cost |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory(prefix="bench-ondemand-") as tmp:
         folder = Path(tmp)
         for example in examples:
             prog = program(example, args.steps, folder)
             if prog is None:
                 continue
-            times: dict[str, list[float]] = {k: [] for k in kinds}
+            cpu: dict[str, list[float]] = {k: [] for k in kinds}
+            wall: dict[str, list[float]] = {k: [] for k in kinds}
             walls, sizes = [], []
             for r in range(args.runs):
                 for kind in kinds[r % 3 :] + kinds[: r % 3]:
-                    t, took, size = run(kind, prog, folder, args.steps)
-                    times[kind].append(t)
+                    (c, w), took, size = run(kind, prog, folder, args.steps)
+                    cpu[kind].append(c)
+                    wall[kind].append(w)
                     if took is not None and size is not None:
                         walls.append(took)
                         sizes.append(size)
-            ratios = [w / b for w, b in zip(times["waiting"], times["bare"], strict=True)]
-            med = {k: statistics.median(v) for k, v in times.items()}
+            ratios = [w / b for w, b in zip(cpu["waiting"], cpu["bare"], strict=True)]
+            wall_ratio = statistics.median(wall["waiting"]) / statistics.median(wall["bare"])
+            med = {k: statistics.median(v) for k, v in cpu.items()}
             print(
                 f"| {example.stem} | {med['bare']:.3f} s | {med['waiting']:.3f} s | "
-                f"{statistics.median(ratios):.3f} [{min(ratios):.3f}, {max(ratios):.3f}] | "
+                f"{statistics.median(ratios):.3f} [{min(ratios):.3f}, {max(ratios):.3f}] | {wall_ratio:.3f} | "
                 f"{med['captured']:.3f} s | {statistics.median(walls):.2f} s | "
                 f"{statistics.median(sizes) / 1e3:.0f} kB | {(med['captured'] - med['waiting']) * 1e3:+.0f} ms |",
                 flush=True,

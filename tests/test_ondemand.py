@@ -202,24 +202,34 @@ def test_a_program_that_exited_or_never_steps_gets_one_line(
     assert _capture(capsys, "12x")[0] == 2
 
 
-def test_sigterm_while_waiting_keeps_the_exit_code_and_the_bundles(
-    tmp_path: Path, env: dict[str, str], programs: list[Program], capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
+def test_a_signal_while_waiting_keeps_the_exit_code_and_the_bundles(
+    tmp_path: Path,
+    env: dict[str, str],
+    programs: list[Program],
+    capsys: pytest.CaptureFixture[str],
+    signum: signal.Signals,
 ) -> None:
     # GIVEN a program on demand with one capture done
     program, _out, _stop = _start(programs, tmp_path, env, LOOP)
     code, out1, _ = _capture(capsys, str(program.pid), "--no-analyze")
     assert code == 0
-    # WHEN SIGTERM arrives while it waits
-    program.proc.send_signal(signal.SIGTERM)
-    # THEN the program's exit code is 143, the capture stays whole and analysable
-    assert program.finish() == 143
+    # WHEN the signal arrives while it waits
+    program.proc.send_signal(signum)
+    # THEN the program's exit code is 128 + n, the capture stays whole and analysable
+    assert program.finish() == 128 + signum
     bundle = _bundle(out1)
     assert len(step_names(bundle)) == 3
     assert "capture 1  steps" in program.out and "Traceback" not in "\n".join(program.lines)
 
 
-def test_sigterm_while_capturing_keeps_the_exit_code_and_leaves_no_half_bundle(
-    tmp_path: Path, env: dict[str, str], programs: list[Program], capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
+def test_a_signal_while_capturing_keeps_the_exit_code_and_leaves_no_half_bundle(
+    tmp_path: Path,
+    env: dict[str, str],
+    programs: list[Program],
+    capsys: pytest.CaptureFixture[str],
+    signum: signal.Signals,
 ) -> None:
     # GIVEN a program recording a long capture (requested from a thread)
     program, out, _stop = _start(programs, tmp_path, env, LOOP, "--max-events", "0")
@@ -228,13 +238,13 @@ def test_sigterm_while_capturing_keeps_the_exit_code_and_leaves_no_half_bundle(
     asker.start()
     program.wait_for("recording from step")
     time.sleep(0.5)
-    # WHEN SIGTERM arrives inside the window
-    program.proc.send_signal(signal.SIGTERM)
+    # WHEN the signal arrives inside the window
+    program.proc.send_signal(signum)
     code = program.finish()
     asker.join(timeout=60)
     capsys.readouterr()
-    # THEN exit 143; the window so far is a whole bundle (its steps whole), no staging folder stays
-    assert code == 143, program.lines
+    # THEN exit 128 + n; the window so far is a whole bundle (its steps whole), no staging folder stays
+    assert code == 128 + signum, program.lines
     bundle = out / "capture-1"
     steps = read_sidecar(bundle)["run"]["profiled_steps"]
     assert steps is not None and step_names(bundle)[: steps[1] - steps[0] + 1] == [
