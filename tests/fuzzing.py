@@ -416,10 +416,33 @@ def _cycles(rng: random.Random, events: list[dict[str, Any]]) -> None:
             e["args"]["External id"] = e["args"].get("correlation", 1)
 
 
+def _many_lanes(rng: random.Random, events: list[dict[str, Any]]) -> None:
+    """Every device event on a stream (or a device) of its own, or every host event on a thread of its
+    own: the shapes that once made work grow with the square of the lanes."""
+    shape = rng.choice(["streams", "devices", "threads"])
+    for i, e in enumerate(events):
+        args = e.get("args") if isinstance(e.get("args"), dict) else {}
+        key = e.get("id") if e.get("ph") in ("s", "f") else args.get("correlation", args.get("External id"))
+        n = 100 + (
+            key if isinstance(key, int) and not isinstance(key, bool) else 10**6 + i
+        )  # a flow's ends stay together
+        on_device = e.get("pid") == 0 or e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset", "cuda_sync")
+        if shape == "threads" and not on_device and e.get("ph") in ("X", "s"):
+            e["tid"] = n
+        elif shape == "streams" and on_device and e.get("ph") in ("X", "f"):
+            e["tid"] = n
+            if "stream" in args:
+                args["stream"] = n
+        elif shape == "devices" and on_device and e.get("ph") in ("X", "f"):
+            e["pid"] = n
+            if "device" in args:
+                args["device"] = n
+
+
 BREAKERS: dict[str, Callable[[random.Random, list[dict[str, Any]]], None] | None] = {
     "valid": None, "types": _break_types, "missing": _drop_keys, "numbers": _odd_numbers,
     "unicode": _odd_text, "order": _disorder, "orphans": _orphans, "nesting": _nesting, "cycles": _cycles,
-    "digits": _odd_digits, "durations": _odd_durations,
+    "digits": _odd_digits, "durations": _odd_durations, "lanes": _many_lanes,
 }  # fmt: skip
 
 
