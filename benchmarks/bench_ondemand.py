@@ -17,7 +17,9 @@ the runs a ratio compares are seconds apart:
 - ``captured``: the same, with one ``stallscope capture PID`` (5 steps, the run's defaults) asked from this
   script once the program has made a third of its steps.
 
-Printed: per example the median steady-state CPU time of each configuration, the ratio waiting / bare
+First the unit costs, which the noise of whole runs hides: ``--unit-steps`` optimizer steps that do
+nothing, bare and waiting (the main thread's CPU time per step, the difference), and the control
+thread's CPU time per second of the run. Then, per example, the median steady-state CPU time of each configuration, the ratio waiting / bare
 (the target is within 2%: 1.02) with its spread over runs, the same ratio in wall time, and for the
 capture its wall time from the request to the bundle, the bundle's size, and what it cost the program
 (captured − waiting, CPU time).
@@ -54,6 +56,76 @@ def _bench_steps(n, _out=_os.environ["BENCH_OUT"]):
 
 
 """
+
+
+TINY = """\
+import os
+import threading
+import time
+
+import torch
+
+# optimizer steps that do nothing (no gradients): what a step costs is the hooks' cost
+w = torch.zeros(4, requires_grad=True)
+opt = torch.optim.SGD([w], lr=0.1)
+n = int(os.environ["BENCH_N"])
+for _ in range(100):
+    opt.step()
+cpu, wall = time.thread_time(), time.perf_counter()
+for _ in range(n):
+    opt.step()
+cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall
+control = 0.0
+for t in threading.enumerate():
+    if t.name == "stallscope-control" and t.native_id is not None:
+        fields = open(f"/proc/self/task/{t.native_id}/stat").read().rsplit(")", 1)[1].split()
+        control = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+with open(os.environ["BENCH_OUT"], "w") as f:
+    f.write(repr((cpu, wall, control)))
+"""
+
+
+def unit_costs(folder: Path, n: int, runs: int) -> None:
+    """The waiting run's costs one by one: a step (``n`` optimizer steps that do nothing, main thread CPU
+    time, bare against waiting) and the control thread (its CPU time per second of the run)."""
+    prog = folder / "tiny.py"
+    prog.write_text(TINY)
+    runtime = folder / "runtime"
+    runtime.mkdir(mode=0o700, exist_ok=True)
+    per_step, control = [], []
+    for r in range(runs):
+        got = {}
+        for kind in ("bare", "waiting") if r % 2 == 0 else ("waiting", "bare"):
+            out = folder / f"tiny-{kind}.out"
+            env = {**os.environ, "BENCH_OUT": str(out), "BENCH_N": str(n), "PYTHONPATH": str(ROOT)}
+            env.update(XDG_RUNTIME_DIR=str(runtime), OMP_NUM_THREADS="1")
+            cmd = [sys.executable, str(prog)]
+            if kind == "waiting":
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    "stallscope",
+                    "profile",
+                    "--on-demand",
+                    "-o",
+                    str(folder / f"t{r}"),
+                    str(prog),
+                ]
+            t0 = time.perf_counter()
+            subprocess.run(cmd, env=env, cwd=folder, check=True, capture_output=True)
+            lived = time.perf_counter() - t0
+            cpu, _wall, ctl = (float(x) for x in out.read_text().strip("()").split(","))
+            got[kind] = cpu
+            if kind == "waiting":
+                control.append(ctl / lived)
+        per_step.append((got["waiting"] - got["bare"]) / n * 1e6)
+    print(
+        f"a step: {statistics.median(per_step):.1f} µs more on the main thread [{min(per_step):.1f}, "
+        f"{max(per_step):.1f}] ({n:,} optimizer steps, {runs} runs); the control thread: "
+        f"{statistics.median(control) * 1e3:.2f} ms CPU per second of the run "
+        f"({statistics.median(control):.3%} of a core)",
+        flush=True,
+    )
 
 
 def program(example: Path, steps: int, folder: Path) -> Path | None:
@@ -127,6 +199,13 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument(
+        "--unit-steps",
+        type=int,
+        default=100_000,
+        metavar="N",
+        help="optimizer steps of the unit costs (0: none)",
+    )
+    ap.add_argument(
         "--example", action="append", help="only these examples (default: every one with a step loop)"
     )
     args = ap.parse_args()
@@ -134,6 +213,10 @@ def main() -> None:
     if args.example:
         examples = [e for e in examples if e.stem in args.example]
     kinds = ["bare", "waiting", "captured"]
+    if args.unit_steps:
+        with tempfile.TemporaryDirectory(prefix="bench-ondemand-") as tmp:
+            unit_costs(Path(tmp), args.unit_steps, args.runs)
+        print()
     print(
         f"steps {args.steps} (the first 10 not timed), {args.runs} runs of each, python {sys.version.split()[0]}"
     )

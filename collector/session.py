@@ -667,6 +667,8 @@ class Session:
             return
         if self._demand is not None and self._prof is None and not self._probing and not self._awaiting_start:
             self._on_demand(inside_record_function)
+            if self._origin is not None and self._origin.installed != self._wants_origin():
+                self._retrack()  # origin tracking: on until the first step (CPU-only runs)
             return
         opened = self._scheduled or self.options.duration is not None
         if self._prof is None and not self._awaiting_start and not self._probing and opened:
@@ -887,7 +889,6 @@ class Session:
                 self._start_scheduled()
         finally:
             self._in_step = False
-        self._retrack()
 
     def _window_capture(self) -> Capture:
         """What the capture under way recorded (``stop``'s ``Capture``, for one window)."""

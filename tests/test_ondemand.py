@@ -458,3 +458,30 @@ def test_every_uploads_each_capture_tagged_with_the_run(
         running.stop()
         assert services.worker is not None
         services.worker.shutdown()
+
+
+def test_waiting_leaves_no_mode_on_the_stack_after_the_first_step(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    # GIVEN an on-demand run of a CPU-only loop (origin tracking: a torch-function mode until the 1st step)
+    import torch
+
+    from stallscope.collector.ondemand import Control
+    from stallscope.collector.recording import record_on_demand
+    from stallscope.collector.session import ProfileOptions
+
+    depths: list[int] = []
+
+    def body() -> int:
+        w = torch.zeros(4, requires_grad=True)
+        opt = torch.optim.SGD([w], lr=0.1)
+        for _ in range(5):
+            (w * 2).sum().backward()
+            opt.step()
+            depths.append(torch._C._len_torch_function_stack())
+        return 0
+
+    control = Control(tmp_path / "run", "t-1", ["loop.py"])
+    done = record_on_demand(body, ProfileOptions(), control, ["loop.py"], None, lambda _m: None)
+    # THEN from the second step on nothing of stallscope's sits on the mode stack (the steps run bare)
+    assert done.exit_code == 0 and depths[1:] == [0, 0, 0, 0]
