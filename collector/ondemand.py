@@ -672,7 +672,8 @@ class Every:
             except OSError as exc:
                 self.say(f"periodic capture skipped: {exc}")
                 continue
-            self.say(f"capture {outcome.index} written: {outcome.bundle}")
+            if len(programs) > 1:  # each rank said where its part went: the job's capture is one folder
+                self.say(f"capture {outcome.index} of the job's {len(programs)} ranks: {outcome.bundle}")
             if self.on_capture is not None:
                 with contextlib.suppress(Exception):
                     self.on_capture(outcome)
