@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Any
 
 import pytest
 from _kineto import WriteTrace, write_trace_file
+
+# A suite started in the background (`cmd &` in a script, some CI runners) inherits SIGINT ignored, and
+# so would every program a test starts: Python keeps an ignored SIGINT ignored, and the tests that send
+# one (Ctrl-C of a profiled program) would wait for nothing. Its default comes back for the children.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)

@@ -75,14 +75,24 @@ class Program:
             args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
         self.lines: list[str] = []
-        self.out = ""
+        self._out: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
+        self._out_reader = threading.Thread(target=self._read_out, daemon=True)
+        self._out_reader.start()
 
     def _read(self) -> None:
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
             self.lines.append(line.rstrip("\n"))
+
+    def _read_out(self) -> None:
+        assert self.proc.stdout is not None
+        self._out.extend(self.proc.stdout)
+
+    @property
+    def out(self) -> str:
+        return "".join(self._out)
 
     def wait_for(self, text: str, timeout: float = 60.0) -> str:
         deadline = time.monotonic() + timeout
@@ -101,10 +111,9 @@ class Program:
         return int(line.split("on demand: pid ")[1].split(",")[0])
 
     def finish(self, timeout: float = 60.0) -> int:
-        assert self.proc.stdout is not None
-        self.out = self.proc.stdout.read()
         code = self.proc.wait(timeout=timeout)
         self._reader.join(timeout=5)
+        self._out_reader.join(timeout=5)
         return code
 
     def kill(self) -> None:
