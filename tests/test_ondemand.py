@@ -291,7 +291,11 @@ dist.init_process_group(
 model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(32, 32))
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 x = torch.randn(16, 32)
-while not os.path.exists(sys.argv[1]):
+while True:
+    stop = torch.tensor([float(os.path.exists(sys.argv[1]))])
+    dist.all_reduce(stop, op=dist.ReduceOp.MAX)  # the ranks leave the loop at the same step
+    if stop.item():
+        break
     opt.zero_grad()
     model(x).square().mean().backward()
     opt.step()
