@@ -135,14 +135,15 @@ def remove_stale(parent: Path) -> list[Path]:
             pid = int((path / _MARK).read_text()[:20])
         except (OSError, ValueError):
             continue
-        if pid == os.getpid() or _alive(pid):
+        if pid == os.getpid() or alive(pid):
             continue
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)
     return removed
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (also when it belongs to another user)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

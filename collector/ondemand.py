@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from stallscope.analyzer.core.errors import StallscopeError, UsageError
 from stallscope.analyzer.core.numbers import parse_uint
+from stallscope.collector.bundle import alive
 
 if TYPE_CHECKING:
     from stallscope.collector.options import Capture
@@ -102,16 +103,6 @@ def process_start(pid: int) -> str | None:
         return None
     fields = text[text.rfind(")") + 2 :].split()
     return fields[19] if len(fields) > 19 else None
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True
 
 
 def parent_of(pid: int) -> int | None:
@@ -468,23 +459,21 @@ class Outcome:
     upload: str | None
 
 
+def _send(p: Program, doc: dict[str, Any]) -> str:
+    """Write request ``doc`` into ``p``'s control folder; its id."""
+    rid = secrets.token_hex(8)
+    _write_json(p.control / f"request-{rid}.json", {**doc, "id": rid})
+    return rid
+
+
 def ask(program: Program, doc: dict[str, Any], timeout: float) -> dict[str, Any]:
     """Send one request to ``program`` and return its answer (``CaptureError`` when none comes)."""
-    rid = secrets.token_hex(8)
-    _write_json(program.control / f"request-{rid}.json", {**doc, "id": rid})
-    answer = program.control / f"answer-{rid}.json"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        reply = _read_json(answer)
-        if reply is not None:
-            answer.unlink(missing_ok=True)
-            return reply
-        if not alive(program.pid):
-            raise CaptureError(f"process {program.pid} has exited")
-        time.sleep(POLL_S / 2)
-    with contextlib.suppress(OSError):
-        (program.control / f"request-{rid}.json").unlink()
-    raise CaptureError(f"process {program.pid} did not answer in {timeout:.0f} s (is it stopped or stuck?)")
+    rid = _send(program, doc)
+    try:
+        return _wait_for(program, f"answer-{rid}.json", timeout)
+    finally:  # unanswered: withdrawn (answered: the program removed it already)
+        with contextlib.suppress(OSError):
+            (program.control / f"request-{rid}.json").unlink()
 
 
 def capture(
@@ -532,8 +521,7 @@ def capture(
     try:
         for p in programs:
             dest = root / f"rank{p.rank}" if job else root
-            rid = secrets.token_hex(8)
-            _write_json(p.control / f"request-{rid}.json", {**request, "id": rid, "dest": str(dest)})
+            rid = _send(p, {**request, "dest": str(dest)})
             reply = _wait_for(p, f"answer-{rid}.json", ANSWER_S)
             if not reply.get("ok"):
                 raise CaptureError(f"process {p.pid}: {reply.get('why') or 'refused'}")

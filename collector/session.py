@@ -566,21 +566,7 @@ class Session:
                 with _lock:
                     if _active is self:
                         _active = None
-        return Capture(
-            trace=self.trace_path if self._exported else None,
-            mode=self._mode(),
-            steps_seen=self._steps,
-            sync_sites=list(self._sync_sites),
-            step_timing=dict(self._timer.summary()) if self._timer is not None else {},
-            notes=list(self.notes),
-            step_source=self._step_source(),
-            profiled_steps=[self._window_first, self._window_last] if self._window_last else None,
-            stepped_aside=self._aside,
-            dataloaders=list(self._loaders.loaders),
-            partial_step=self._partial_step if self._exported else 0,
-            trace_events=self._trace_events if self._exported else 0,
-            write_stopped=self._write_stopped,
-        )
+        return self._capture()
 
     def _step_source(self) -> str | None:
         if self._explicit:
@@ -890,17 +876,19 @@ class Session:
         finally:
             self._in_step = False
 
-    def _window_capture(self) -> Capture:
-        """What the capture under way recorded (``stop``'s ``Capture``, for one window)."""
+    def _capture(self) -> Capture:
+        """What was recorded: the run's (``stop``), or on demand the capture under way's (its notes are
+        the ones said since it began)."""
         return Capture(
             trace=self.trace_path if self._exported else None,
-            mode="steps",
+            mode=self._mode(),
             steps_seen=self._steps,
             sync_sites=list(self._sync_sites),
             step_timing=dict(self._timer.summary()) if self._timer is not None else {},
             notes=list(self.notes[self._notes_from :]),
             step_source=self._step_source(),
             profiled_steps=[self._window_first, self._window_last] if self._window_last else None,
+            stepped_aside=self._aside,
             dataloaders=list(self._loaders.loaders),
             partial_step=self._partial_step if self._exported else 0,
             trace_events=self._trace_events if self._exported else 0,
@@ -913,7 +901,7 @@ class Session:
         if request is None or self._demand is None:
             return
         try:
-            self._demand.publish(request, self._window_capture())
+            self._demand.publish(request, self._capture())
         finally:
             self._reset_window()
 

@@ -112,7 +112,7 @@ def _analyse(args: argparse.Namespace, summary: bool) -> tuple[str | None, bytes
     from stallscope.analyzer.job.execute import Execution, default_workers
     from stallscope.jobs import load_and_analyse_job
     from stallscope.progress import Progress
-    from stallscope.render.job import render_job, render_job_headline
+    from stallscope.render.job import with_job
     from stallscope.render.summary import render
 
     workers = (args.workers or default_workers()) if args.workers is not None else None
@@ -126,10 +126,7 @@ def _analyse(args: argparse.Namespace, summary: bool) -> tuple[str | None, bytes
         progress.done()
     text = None
     if summary:
-        text = render(result, args.top, args.top_ops)
-        if job:  # the job's answer first, its detail after the shown rank's analysis
-            head, _, rest = text.partition("\n")
-            text = f"{head}\n{render_job_headline(job)}\n{rest}\n{render_job(job, args.top)}"
+        text = with_job(render(result, args.top, args.top_ops), job, args.top)
     doc = encoded_document(result, {"job": job_json(job) if job else None}) if args.json else None
     del result, job  # the model and the analysis go before the text is made (the peak of large traces)
     return text, encode_json(doc) if doc is not None else None

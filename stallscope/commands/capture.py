@@ -83,7 +83,7 @@ def _verdict(path: str) -> None:
     """The capture's verdict, as ``stallscope analyze`` prints it (a job's first)."""
     from stallscope.analyzer.job.execute import Execution
     from stallscope.jobs import load_and_analyse_job
-    from stallscope.render.job import render_job, render_job_headline
+    from stallscope.render.job import with_job
     from stallscope.render.summary import render
 
     try:
@@ -91,8 +91,4 @@ def _verdict(path: str) -> None:
     except StallscopeError as exc:  # the bundle stands; the verdict is extra
         print(f"stallscope: could not analyse the capture: {exc}", file=sys.stderr)
         return
-    text = render(result)
-    if job:
-        head, _, rest = text.partition("\n")
-        text = f"{head}\n{render_job_headline(job)}\n{rest}\n{render_job(job)}"
-    print(text)
+    print(with_job(render(result), job))

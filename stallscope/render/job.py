@@ -79,3 +79,12 @@ def render_job(j: JobAnalysis, top: int = 3) -> str:
     for note in j.notes:
         lines.append(f"  note      {note}")
     return "\n".join(lines)
+
+
+def with_job(text: str, j: JobAnalysis | None, top: int = 3) -> str:
+    """A rank's summary ``text`` as ``analyze`` prints it for a job: the job's answer after its first
+    line, the job in detail after the rank's analysis; ``text`` alone without a job."""
+    if j is None:
+        return text
+    head, _, rest = text.partition("\n")
+    return f"{head}\n{render_job_headline(j)}\n{rest}\n{render_job(j, top)}"
